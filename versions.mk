@@ -1,0 +1,37 @@
+# Every pinned version and checksum of the stack, in one place.
+# Go modules: the h1: hash is what go.sum records and sum.golang.org serves;
+# scripts/fetch-module.sh refuses a download whose hash differs.
+# Debian sources: the SHA-256 from the package's .dsc.
+
+GO_VERSION          := 1.26.8
+
+CONTAINERD_MODULE   := github.com/containerd/containerd/v2
+CONTAINERD_VERSION  := v2.3.7
+CONTAINERD_SUM      := h1:7PGbgAVKE4ieQjFPv7+kwAv7f9dCtRpExZwjExHD/Fk=
+
+RUNC_MODULE         := github.com/opencontainers/runc
+RUNC_VERSION        := v1.5.2
+RUNC_SUM            := h1:eUUowc2WJCnFYzI87C1WqRcu356Dk/wsoi90y+2wEfE=
+
+NERDCTL_MODULE      := github.com/containerd/nerdctl/v2
+NERDCTL_VERSION     := v2.2.1
+NERDCTL_SUM         := h1:eXBu4HddMEXtLmZsJncfvOiJ6a8DemOzWhOxypNIEG0=
+
+NVCTK_MODULE        := github.com/NVIDIA/nvidia-container-toolkit
+NVCTK_VERSION       := v1.19.0
+NVCTK_SUM           := h1:iuttW93jclh0+y3RdBw8DR7v6Gfv6h+HjjY87cTyn9M=
+
+CNI_MODULE          := github.com/containernetworking/plugins
+CNI_VERSION         := v1.8.0
+CNI_SUM             := h1:WjGbV/0UQyo8A4qBsAh6GaDAtu1hevxVxsEuqtBqUFk=
+
+CHECKPOINTCTL_MODULE  := github.com/checkpoint-restore/checkpointctl
+CHECKPOINTCTL_VERSION := v1.4.0
+CHECKPOINTCTL_SUM     := h1:3kRns56TArwiyHOMakaumUgSZZlB1hZBkjVgR6IeZ3E=
+
+CRIU_VERSION        := 4.2.1
+CRIU_DEB_VERSION    := 4.2.1-1
+CRIU_SHA256         := 29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9
+
+# Debian release the offline base image is bootstrapped from.
+BASE_SUITE          := bookworm
