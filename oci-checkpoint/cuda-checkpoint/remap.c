@@ -1,0 +1,454 @@
+/* GPU remap on restore. Rules (also in README.md):
+ *  - old GPUs: /proc/<pid>/root/.rekindle/devices.json, in file order;
+ *  - new GPUs: the /dev/nvidiaN nodes in the process's root, by minor,
+ *    minor -> UUID from /proc/driver/nvidia/gpus/<bus>/information;
+ *  - GPUs in both stay put; the rest pair up in order;
+ *  - the pairs are completed to a permutation of all the host's GPUs,
+ *    because the driver rejects a partial map (measured on driver 580:
+ *    a lone pair GPU1->GPU0 fails with CUDA_ERROR_INVALID_VALUE, the
+ *    full swap works);
+ *  - an identity permutation means no pairs at all.
+ * $REKINDLE_PROC replaces /proc (tests use a fake tree). */
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+
+#include "remap.h"
+#include "util.h"
+
+#define NVIDIA_MAJOR 195 /* char major of /dev/nvidiaN */
+#define UUID_FORM "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
+
+struct node {
+	int minor;
+	CUuuid uuid;
+};
+
+static const char *proc_root(void)
+{
+	const char *p = getenv("REKINDLE_PROC");
+	return p && *p ? p : "/proc";
+}
+
+static int hexval(char c)
+{
+	if (c >= '0' && c <= '9') return c - '0';
+	if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+	return -1;
+}
+
+int uuid_parse(const char *s, CUuuid *u)
+{
+	if (strncmp(s, "GPU-", 4) == 0)
+		s += 4;
+	if (strlen(s) != 36)
+		return -1;
+	int nib = 0;
+	for (int i = 0; i < 36; i++) {
+		if (i == 8 || i == 13 || i == 18 || i == 23) {
+			if (s[i] != '-')
+				return -1;
+			continue;
+		}
+		int v = hexval(s[i]);
+		if (v < 0)
+			return -1;
+		if (nib % 2 == 0)
+			u->bytes[nib / 2] = (unsigned char)(v << 4);
+		else
+			u->bytes[nib / 2] |= (unsigned char)v;
+		nib++;
+	}
+	return 0;
+}
+
+const char *uuid_str(const CUuuid *u, char buf[48])
+{
+	const unsigned char *b = u->bytes;
+	snprintf(buf, 48, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+		 b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7],
+		 b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]);
+	return buf;
+}
+
+static int find(const CUuuid *set, int n, const CUuuid *u)
+{
+	for (int i = 0; i < n; i++)
+		if (!memcmp(&set[i], u, sizeof *u))
+			return i;
+	return -1;
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	size_t cap = 1 << 16, len = 0;
+	char *buf = malloc(cap + 1);
+	size_t got;
+	while (buf && (got = fread(buf + len, 1, cap - len, f)) > 0) {
+		len += got;
+		if (len == cap) {
+			char *more = realloc(buf, 2 * cap + 1);
+			if (!more) { free(buf); buf = NULL; break; }
+			buf = more;
+			cap *= 2;
+		}
+	}
+	fclose(f);
+	if (buf)
+		buf[len] = 0;
+	return buf;
+}
+
+/* The GPUs the container saw at checkpoint. 1: no file, 0: read, -1: error. */
+static int read_old(const char *path, CUuuid *out, int *n)
+{
+	char *text = slurp(path);
+	*n = 0;
+	if (!text) {
+		if (errno == ENOENT)
+			return 1;
+		fail("cannot read %s: %s", path, strerror(errno));
+		return -1;
+	}
+	/* Every "uuid": "..." member, wherever it sits: the file is a list of
+	 * objects, and we need no other field. */
+	for (char *p = text; (p = strstr(p, "\"uuid\"")); ) {
+		p += 6;
+		while (isspace((unsigned char)*p)) p++;
+		if (*p != ':')
+			continue;
+		p++;
+		while (isspace((unsigned char)*p)) p++;
+		char *end = *p == '"' ? strchr(p + 1, '"') : NULL;
+		if (!end) {
+			fail("%s: a \"uuid\" value is not a string", path);
+			goto bad;
+		}
+		*end = 0;
+		if (*n == MAX_GPUS) {
+			fail("%s lists more than %d GPUs", path, MAX_GPUS);
+			goto bad;
+		}
+		if (uuid_parse(p + 1, &out[*n])) {
+			fail("%s: bad GPU UUID \"%s\" (want %s)", path, p + 1, UUID_FORM);
+			goto bad;
+		}
+		if (find(out, *n, &out[*n]) >= 0) {
+			fail("%s lists GPU %s twice", path, p + 1);
+			goto bad;
+		}
+		(*n)++;
+		p = end + 1;
+	}
+	free(text);
+	return 0;
+bad:
+	free(text);
+	return -1;
+}
+
+/* Minor and UUID of every GPU the driver exposes in /proc. */
+static int read_driver_gpus(struct node *out, int *n)
+{
+	char dir[4096], path[4400];
+	snprintf(dir, sizeof dir, "%s/driver/nvidia/gpus", proc_root());
+	DIR *d = opendir(dir);
+	if (!d) {
+		fail("cannot list %s: %s (is the NVIDIA driver loaded?)", dir, strerror(errno));
+		return -1;
+	}
+	*n = 0;
+	struct dirent *e;
+	int ret = 0;
+	while (ret == 0 && (e = readdir(d))) {
+		if (e->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof path, "%s/%s/information", dir, e->d_name);
+		char *text = slurp(path);
+		if (!text) {
+			fail("cannot read %s: %s", path, strerror(errno));
+			ret = -1;
+			break;
+		}
+		char *uuid = strstr(text, "GPU UUID:"), *minor = strstr(text, "Device Minor:");
+		if (!uuid || !minor || *n == MAX_GPUS) {
+			fail("%s: no \"GPU UUID:\" or \"Device Minor:\" line", path);
+			ret = -1;
+		} else {
+			uuid += 9;
+			while (*uuid == ' ' || *uuid == '\t') uuid++;
+			uuid[strcspn(uuid, " \t\n")] = 0;
+			out[*n].minor = atoi(minor + 13);
+			if (uuid_parse(uuid, &out[*n].uuid)) {
+				fail("%s: bad GPU UUID \"%s\" (want %s)", path, uuid, UUID_FORM);
+				ret = -1;
+			}
+			(*n)++;
+		}
+		free(text);
+	}
+	closedir(d);
+	return ret;
+}
+
+static int is_gpu_node(const char *name)
+{
+	if (strncmp(name, "nvidia", 6) || !name[6])
+		return 0;
+	for (const char *p = name + 6; *p; p++)
+		if (!isdigit((unsigned char)*p))
+			return 0;
+	return 1;
+}
+
+/* The GPUs the restored process can open: /dev/nvidiaN in its root, by minor. */
+static int read_visible(int pid, CUuuid *out, int *n)
+{
+	struct node gpus[MAX_GPUS];
+	int ngpus, minors[MAX_GPUS], nm = 0;
+	if (read_driver_gpus(gpus, &ngpus))
+		return -1;
+
+	char dir[4096], path[4400];
+	snprintf(dir, sizeof dir, "%s/%d/root/dev", proc_root(), pid);
+	DIR *d = opendir(dir);
+	if (!d) {
+		fail("cannot list %s: %s", dir, strerror(errno));
+		return -1;
+	}
+	struct dirent *e;
+	while ((e = readdir(d)) && nm < MAX_GPUS) {
+		if (!is_gpu_node(e->d_name))
+			continue;
+		/* The node's own minor counts, not its name. A plain file (test
+		 * trees) falls back to the number in the name. */
+		struct stat st;
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		int m = atoi(e->d_name + 6);
+		if (stat(path, &st) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == NVIDIA_MAJOR)
+			m = (int)minor(st.st_rdev);
+		int i = nm++;
+		for (; i > 0 && minors[i - 1] > m; i--) /* insertion sort */
+			minors[i] = minors[i - 1];
+		minors[i] = m;
+	}
+	closedir(d);
+
+	*n = 0;
+	for (int i = 0; i < nm; i++) {
+		if (i > 0 && minors[i] == minors[i - 1])
+			continue;
+		int j = 0;
+		while (j < ngpus && gpus[j].minor != minors[i])
+			j++;
+		if (j == ngpus) {
+			fail("%s has GPU minor %d, which %s/driver/nvidia/gpus does not list", dir, minors[i], proc_root());
+			return -1;
+		}
+		out[(*n)++] = gpus[j].uuid;
+	}
+	if (*n == 0) {
+		fail("%s holds no /dev/nvidiaN: the restored process has no GPU to restore onto", dir);
+		return -1;
+	}
+	return 0;
+}
+
+static int parse_map(const char *map, CUcheckpointGpuPair *p, int *n)
+{
+	char *copy = strdup(map), *save = NULL, buf[48];
+	int ret = 0;
+	*n = 0;
+	for (char *tok = strtok_r(copy, ", ", &save); tok && !ret; tok = strtok_r(NULL, ", ", &save)) {
+		char *eq = strchr(tok, '=');
+		if (!eq) {
+			fail("bad device map entry \"%s\": want OLD=NEW (GPU UUIDs)", tok);
+			ret = -1;
+			break;
+		}
+		*eq = 0;
+		const char *bad = NULL;
+		if (uuid_parse(tok, &p[*n].oldUuid))
+			bad = tok;
+		else if (uuid_parse(eq + 1, &p[*n].newUuid))
+			bad = eq + 1;
+		if (bad) {
+			fail("bad GPU UUID \"%s\" in the device map (want %s)", bad, UUID_FORM);
+			ret = -1;
+		} else if (*n == MAX_GPUS) {
+			fail("the device map names more than %d GPUs", MAX_GPUS);
+			ret = -1;
+		} else {
+			for (int i = 0; i < *n && !ret; i++) {
+				if (!memcmp(&p[i].oldUuid, &p[*n].oldUuid, sizeof(CUuuid))) {
+					fail("the device map is not a bijection: %s is mapped twice", uuid_str(&p[i].oldUuid, buf));
+					ret = -1;
+				} else if (!memcmp(&p[i].newUuid, &p[*n].newUuid, sizeof(CUuuid))) {
+					fail("the device map is not a bijection: two GPUs are mapped onto %s", uuid_str(&p[i].newUuid, buf));
+					ret = -1;
+				}
+			}
+			(*n)++;
+		}
+	}
+	free(copy);
+	if (!ret && *n == 0) {
+		fail("empty device map: want OLD=NEW,... or none");
+		ret = -1;
+	}
+	return ret;
+}
+
+static int same_set(const CUuuid *a, int na, const CUuuid *b, int nb)
+{
+	if (na != nb)
+		return 0;
+	for (int i = 0; i < na; i++)
+		if (find(b, nb, &a[i]) < 0)
+			return 0;
+	return 1;
+}
+
+/* Pairs from devices.json and the process's /dev. 1: restore without remap. */
+static int auto_pairs(int pid, const CUuuid *host, int nhost, CUcheckpointGpuPair *p, int *n)
+{
+	CUuuid old[MAX_GPUS], vis[MAX_GPUS];
+	int nold, nvis;
+	char json[4096];
+	snprintf(json, sizeof json, "%s/%d/root/.rekindle/devices.json", proc_root(), pid);
+
+	if (read_visible(pid, vis, &nvis))
+		return -1;
+	int r = read_old(json, old, &nold);
+	if (r < 0)
+		return -1;
+	if (r == 1) {
+		if (same_set(vis, nvis, host, nhost)) {
+			note("pid %d: no %s and it sees all %d GPUs: restoring without remap", pid, json, nhost);
+			return 1;
+		}
+		fail("no %s, so the GPUs pid %d was checkpointed on are unknown, and it sees %d of this host's %d GPUs"
+		     " (record devices.json at checkpoint, or set REKINDLE_DEVICE_MAP=OLD=NEW,...|none)",
+		     json, pid, nvis, nhost);
+		return -1;
+	}
+	if (nold == 0) {
+		fail("%s lists no GPUs", json);
+		return -1;
+	}
+	if (nold > nhost) {
+		fail("the checkpoint used %d GPUs but this host has %d", nold, nhost);
+		return -1;
+	}
+	if (nold != nvis) {
+		fail("the checkpoint used %d GPU(s) but the restored container sees %d: give it %d GPU(s)",
+		     nold, nvis, nold);
+		return -1;
+	}
+	/* GPUs in both stay put; the others pair up in order. */
+	int used_old[MAX_GPUS] = { 0 }, used_vis[MAX_GPUS] = { 0 };
+	*n = 0;
+	for (int i = 0; i < nold; i++) {
+		int j = find(vis, nvis, &old[i]);
+		if (j >= 0) {
+			p[*n].oldUuid = p[*n].newUuid = old[i];
+			(*n)++;
+			used_old[i] = used_vis[j] = 1;
+		}
+	}
+	for (int i = 0, j = 0; i < nold; i++) {
+		if (used_old[i])
+			continue;
+		while (used_vis[j])
+			j++;
+		p[*n].oldUuid = old[i];
+		p[*n].newUuid = vis[j++];
+		(*n)++;
+	}
+	return 0;
+}
+
+/* Extends the pairs to a permutation of the host's GPUs: a host GPU that
+ * is neither source nor target keeps its place; the remaining sources
+ * (host GPUs vacated) take the remaining targets in order. */
+static void complete(CUcheckpointGpuPair *p, int *n, const CUuuid *host, int nhost)
+{
+	CUuuid from[MAX_GPUS], to[MAX_GPUS];
+	int m = *n, nf = 0, nt = 0;
+	for (int h = 0; h < nhost; h++) {
+		int src = 0, dst = 0;
+		for (int k = 0; k < m; k++) {
+			src |= !memcmp(&p[k].oldUuid, &host[h], sizeof(CUuuid));
+			dst |= !memcmp(&p[k].newUuid, &host[h], sizeof(CUuuid));
+		}
+		if (!src && !dst) {
+			p[*n].oldUuid = p[*n].newUuid = host[h];
+			(*n)++;
+		} else if (!src) {
+			from[nf++] = host[h];
+		} else if (!dst) {
+			to[nt++] = host[h];
+		}
+	}
+	for (int i = 0; i < nf && i < nt; i++) {
+		p[*n].oldUuid = from[i];
+		p[*n].newUuid = to[i];
+		(*n)++;
+	}
+}
+
+int plan_restore(int pid, const char *map, const CUuuid *host, int nhost,
+		 CUcheckpointGpuPair *pairs, int *n)
+{
+	char a[48], b[48];
+	*n = 0;
+	if (!map || !*map)
+		map = getenv("REKINDLE_DEVICE_MAP");
+	if (map && !*map)
+		map = NULL;
+	if (map && !strcmp(map, "none")) {
+		note("pid %d: device map \"none\": restoring without remap", pid);
+		return 0;
+	}
+	if (map) {
+		if (parse_map(map, pairs, n))
+			return -1;
+		if (*n > nhost) {
+			fail("the device map names %d GPUs but this host has %d", *n, nhost);
+			return -1;
+		}
+	} else {
+		int r = auto_pairs(pid, host, nhost, pairs, n);
+		if (r)
+			return r < 0 ? -1 : 0;
+	}
+	for (int i = 0; i < *n; i++) {
+		if (find(host, nhost, &pairs[i].newUuid) < 0) {
+			fail("cannot restore onto %s: the driver does not see that GPU on this host",
+			     uuid_str(&pairs[i].newUuid, a));
+			return -1;
+		}
+	}
+	complete(pairs, n, host, nhost);
+
+	int moved = 0;
+	for (int i = 0; i < *n; i++)
+		moved |= memcmp(&pairs[i].oldUuid, &pairs[i].newUuid, sizeof(CUuuid)) != 0;
+	if (!moved) {
+		note("pid %d: GPUs unchanged: restoring without remap", pid);
+		*n = 0;
+		return 0;
+	}
+	for (int i = 0; i < *n; i++)
+		note("pid %d: remap %s -> %s", pid, uuid_str(&pairs[i].oldUuid, a), uuid_str(&pairs[i].newUuid, b));
+	return 0;
+}
