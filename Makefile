@@ -1,0 +1,123 @@
+# Rekindle: build the patched stack from pinned sources, run the demo and the tests.
+# Every version and checksum lives in versions.mk.
+
+include versions.mk
+
+PREFIX    ?= /usr/local
+DESTDIR   ?=
+BUILDDIR  ?= build
+BIN       := $(BUILDDIR)/bin
+SRC       := $(BUILDDIR)/src
+PINS      := $(BUILDDIR)/pins
+ABSBIN    := $(abspath $(BIN))
+GO        ?= go
+GOBUILD   := GOFLAGS=-mod=mod $(GO) build -trimpath
+CONTAINERD_BUILDTAGS ?= urfave_cli_no_docs no_btrfs
+RUNC_BUILDTAGS       ?= seccomp
+CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
+
+STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk \
+	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge
+
+.PHONY: help deps build stack install test test-unit demo bench clean distclean FORCE
+
+help: ## list the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+deps: $(BUILDDIR)/.deps ## install the Debian packages the build and tests need (root)
+$(BUILDDIR)/.deps: scripts/deps.sh
+	@mkdir -p $(@D)
+	scripts/deps.sh
+	@touch $@
+
+# A pin file changes only when its component's pin does, so editing one
+# version in versions.mk rebuilds that component alone.
+$(PINS)/%: FORCE
+	@mkdir -p $(@D)
+	@echo '$(PIN_$*)' | cmp -s - $@ || echo '$(PIN_$*)' > $@
+PIN_containerd    = $(CONTAINERD_VERSION) $(CONTAINERD_SUM) $(CONTAINERD_BUILDTAGS)
+PIN_runc          = $(RUNC_VERSION) $(RUNC_SUM) $(RUNC_BUILDTAGS)
+PIN_criu          = $(CRIU_DEB_VERSION) $(CRIU_SHA256) $(PREFIX)
+PIN_nerdctl       = $(NERDCTL_VERSION) $(NERDCTL_SUM)
+PIN_nvctk         = $(NVCTK_VERSION) $(NVCTK_SUM)
+PIN_checkpointctl = $(CHECKPOINTCTL_VERSION) $(CHECKPOINTCTL_SUM) $(CHECKPOINTCTL_GOCRIU)
+PIN_critools      = $(CRITOOLS_VERSION) $(CRITOOLS_SUM)
+PIN_cni           = $(CNI_VERSION) $(CNI_SUM) $(CNI_PLUGINS)
+
+build: stack ## build the whole stack into build/bin
+stack: $(STACK)
+
+PATCHES := $(shell cat containerd-patches/series 2>/dev/null | sed 's|^|containerd-patches/|')
+$(BIN)/containerd: $(PINS)/containerd containerd-patches/apply.sh $(PATCHES) | $(BUILDDIR)/.deps
+	scripts/fetch-module.sh $(CONTAINERD_MODULE) $(CONTAINERD_VERSION) $(CONTAINERD_SUM) $(SRC)/containerd
+	containerd-patches/apply.sh $(SRC)/containerd
+	cd $(SRC)/containerd && $(GOBUILD) -tags "$(CONTAINERD_BUILDTAGS)" \
+		-ldflags "-X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION:v%=%)+rekindle" \
+		-o $(ABSBIN)/ ./cmd/containerd ./cmd/ctr ./cmd/containerd-shim-runc-v2
+	@touch $@
+
+$(BIN)/runc: $(PINS)/runc | $(BUILDDIR)/.deps
+	scripts/fetch-module.sh $(RUNC_MODULE) $(RUNC_VERSION) $(RUNC_SUM) $(SRC)/runc
+	cd $(SRC)/runc && CGO_ENABLED=1 $(GOBUILD) -tags "$(RUNC_BUILDTAGS)" \
+		-ldflags "-X main.version=$(RUNC_VERSION:v%=%)" -o $(ABSBIN)/runc .
+
+$(BIN)/criu: $(PINS)/criu scripts/build-criu.sh | $(BUILDDIR)/.deps
+	PREFIX=$(PREFIX) scripts/build-criu.sh $(CRIU_VERSION) $(CRIU_DEB_VERSION) $(CRIU_SHA256) $(SRC)/criu $(BUILDDIR)
+	@touch $@
+
+# The module zip lacks nerdctl's nested test module mod/tigron; only test
+# helpers import it, so drop them and the requirement.
+$(BIN)/nerdctl: $(PINS)/nerdctl | $(BUILDDIR)/.deps
+	scripts/fetch-module.sh $(NERDCTL_MODULE) $(NERDCTL_VERSION) $(NERDCTL_SUM) $(SRC)/nerdctl
+	cd $(SRC)/nerdctl && rm -f cmd/nerdctl/helpers/testing_linux.go && \
+		$(GO) mod edit -dropreplace=github.com/containerd/nerdctl/mod/tigron \
+			-droprequire=github.com/containerd/nerdctl/mod/tigron && \
+		$(GOBUILD) -ldflags "-X github.com/containerd/nerdctl/v2/pkg/version.Version=$(NERDCTL_VERSION)" \
+			-o $(ABSBIN)/nerdctl ./cmd/nerdctl
+
+$(BIN)/nvidia-ctk: $(PINS)/nvctk | $(BUILDDIR)/.deps
+	scripts/fetch-module.sh $(NVCTK_MODULE) $(NVCTK_VERSION) $(NVCTK_SUM) $(SRC)/nvidia-container-toolkit
+	cd $(SRC)/nvidia-container-toolkit && $(GOBUILD) -o $(ABSBIN)/nvidia-ctk ./cmd/nvidia-ctk
+
+$(BIN)/checkpointctl: $(PINS)/checkpointctl | $(BUILDDIR)/.deps
+	scripts/fetch-module.sh $(CHECKPOINTCTL_MODULE) $(CHECKPOINTCTL_VERSION) $(CHECKPOINTCTL_SUM) $(SRC)/checkpointctl
+	cd $(SRC)/checkpointctl && $(GO) mod edit -require=$(CHECKPOINTCTL_GOCRIU) && \
+		$(GOBUILD) -o $(ABSBIN)/checkpointctl .
+
+$(BIN)/crictl: $(PINS)/critools | $(BUILDDIR)/.deps
+	GONOSUMDB=$(CRITOOLS_MODULE) scripts/fetch-module.sh $(CRITOOLS_MODULE) $(CRITOOLS_VERSION) $(CRITOOLS_SUM) $(SRC)/cri-tools
+	cd $(SRC)/cri-tools && $(GOBUILD) -o $(ABSBIN)/crictl ./cmd/crictl
+
+$(BIN)/cni/bridge: $(PINS)/cni | $(BUILDDIR)/.deps
+	scripts/fetch-module.sh $(CNI_MODULE) $(CNI_VERSION) $(CNI_SUM) $(SRC)/cni-plugins
+	cd $(SRC)/cni-plugins && for p in $(CNI_PLUGINS); do \
+		dir=$$(ls -d plugins/*/$$p) && $(GOBUILD) -o $(ABSBIN)/cni/$$p ./$$dir || exit 1; done
+	@touch $@
+
+UNIT_TESTS :=
+-include images/images.mk
+-include oci-checkpoint/oci-checkpoint.mk
+
+install: ## copy the built stack under $(DESTDIR)$(PREFIX) (run 'make build' first)
+	@for f in $(STACK); do [ -e $$f ] || { echo "rekindle: error: $$f is not built: run 'make build' first" >&2; exit 1; }; done
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/criu $(DESTDIR)$(PREFIX)/libexec/cni
+	install -m 0755 $(filter-out $(BIN)/cni,$(wildcard $(BIN)/*)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(BIN)/cni/* $(DESTDIR)$(PREFIX)/libexec/cni/
+	install -m 0644 $(BUILDDIR)/lib/criu/cuda_plugin.so $(DESTDIR)$(PREFIX)/lib/criu/
+
+test: build ## build, then run every test (CPU; GPU tests skip without a GPU)
+	REKINDLE_UNIT_TESTS="$(UNIT_TESTS)" tests/run.sh
+
+demo: build ## checkpoint a running engine and restore it with nerdctl run, printing phase times
+	scripts/demo.sh
+
+bench: build ## benchmarks: restore phase times, first vs cached
+	scripts/bench.sh
+
+clean: ## remove built binaries (keeps fetched sources and downloads)
+	rm -rf $(BIN) $(PINS) $(BUILDDIR)/lib
+
+distclean: ## remove everything under build/
+	rm -rf $(BUILDDIR)
+
+FORCE:

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# build-criu.sh VERSION DEB_VERSION SHA256 SRCDIR OUTDIR
+# Fetch CRIU's orig tarball from Debian's sources (apt's own mirror, through a
+# private apt state so the host's sources stay untouched), verify it against
+# the pin, and build criu and its CUDA plugin into OUTDIR/{bin,lib/criu}.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+[ $# -eq 5 ] || die "usage: $0 VERSION DEB_VERSION SHA256 SRCDIR OUTDIR"
+ver=$1 debver=$2 sha=$3 src=$4 out=$5
+need_tool apt-get sha256sum make gcc protoc-c
+
+tarball="criu_${ver}.orig.tar.xz"
+dl=$(dirname "$src")/dl
+mkdir -p "$dl"
+if ! echo "$sha  $dl/$tarball" | sha256sum -c --status 2>/dev/null; then
+	uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+	[ -n "$uri" ] || uri=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+	[ -n "$uri" ] || die "no Debian mirror found in /etc/apt: add one to fetch CRIU's source"
+	state=$(mktemp -d)
+	trap 'rm -rf "$state"' EXIT
+	chmod 755 "$state"
+	mkdir -p "$state/lists/partial"
+	cat >"$state/src.sources" <<-SRC
+	Types: deb-src
+	URIs: $uri
+	Suites: sid trixie
+	Components: main
+	Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
+	SRC
+	o=(-o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$state/src.sources" -o Dir::Etc::SourceParts=- -o "Dir::State::Lists=$state/lists")
+	note "fetching criu $debver source from $uri"
+	apt-get "${o[@]}" update -qq || die "apt-get update of the deb-src suites failed"
+	(cd "$state" && apt-get "${o[@]}" source --download-only --tar-only -qq "criu=$debver") ||
+		die "criu $debver is not in Debian's sid/trixie sources any more: pick another in versions.mk"
+	mv "$state/$tarball" "$dl/$tarball"
+	echo "$sha  $dl/$tarball" | sha256sum -c --status ||
+		die "checksum mismatch for $tarball: expected $sha (versions.mk), got $(sha256sum "$dl/$tarball" | cut -d' ' -f1)"
+fi
+
+rm -rf "$src"
+mkdir -p "$src"
+tar -xJf "$dl/$tarball" -C "$src" --strip-components=1
+note "building criu $ver"
+make -C "$src" -j"$(nproc)" PREFIX="${PREFIX:-/usr/local}" criu >"$src/build.log" 2>&1 ||
+	{ tail -20 "$src/build.log" >&2; die "criu build failed; full log: $src/build.log"; }
+make -C "$src" -j"$(nproc)" PREFIX="${PREFIX:-/usr/local}" cuda_plugin >>"$src/build.log" 2>&1 ||
+	{ tail -20 "$src/build.log" >&2; die "criu cuda_plugin build failed; full log: $src/build.log"; }
+mkdir -p "$out/bin" "$out/lib/criu"
+install -m 0755 "$src/criu/criu" "$out/bin/criu"
+install -m 0644 "$src/plugins/cuda/cuda_plugin.so" "$out/lib/criu/cuda_plugin.so"
+note "criu $("$out/bin/criu" --version | head -1)"

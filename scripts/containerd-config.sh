@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# containerd-config.sh DIR BINDIR: print a containerd config that keeps all
+# of containerd's root, state, sockets and network namespaces under DIR, so
+# a test run can be torn down completely and runs never collide.
+set -euo pipefail
+dir=$1 bin=$2
+cat <<TOML
+version = 4
+root = "$dir/root"
+state = "$dir/state"
+# Nothing from the host's /etc/containerd: a test run sees only this file.
+imports = []
+
+[debug]
+  level = "${CONTAINERD_LOG_LEVEL:-info}"
+
+[plugins.'io.containerd.server.v1.grpc']
+  address = "$dir/containerd.sock"
+
+[plugins.'io.containerd.server.v1.ttrpc']
+  address = "$dir/containerd.sock.ttrpc"
+
+[plugins.'io.containerd.cri.v1.runtime']
+  enable_cdi = true
+  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
+  netns_mounts_under_state_dir = true
+
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ["$bin/cni"]
+  conf_dir = "$dir/cni/net.d"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  Root = "$dir/runc"
+
+[plugins.'io.containerd.grpc.v1.cri']
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+TOML

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Install the Debian packages the build and the tests need. Idempotent:
+# it only calls apt-get when something is missing.
+set -euo pipefail
+. "$(dirname "$0")/lib.sh"
+need_root
+
+pkgs=(
+	# build
+	build-essential pkg-config git jq xz-utils curl ca-certificates dpkg-dev
+	libseccomp-dev
+	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
+	libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev uuid-dev libnftables-dev
+	# run and test
+	iptables iproute2 kmod containernetworking-plugins bats skopeo docker-registry
+	debootstrap umoci python3 python3-pytest psmisc
+)
+missing=()
+for p in "${pkgs[@]}"; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+note "installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq || die "apt-get update failed: check the apt sources in /etc/apt"
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+	die "apt-get install failed for: ${missing[*]}"

@@ -1,0 +1,132 @@
+# Shared helpers for Rekindle's system tests, in the style of podman's
+# test/system/helpers.bash. Load with `load helpers`.
+
+bats_require_minimum_version 1.5.0
+
+REKINDLE_ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
+BIN=${REKINDLE_BIN:-$REKINDLE_ROOT/build/bin}
+IMAGES=$REKINDLE_ROOT/build/images
+BASE_IMAGE=rekindle.local/base:bookworm
+ENGINE_IMAGE=rekindle.local/cpu-engine:latest
+PATH=$BIN:$PATH
+
+# ---- the stack -------------------------------------------------------------
+
+# stack_up: start a private containerd for this file (call from setup_file).
+stack_up() {
+	export RK_DIR=$BATS_FILE_TMPDIR/rk
+	"$REKINDLE_ROOT/scripts/containerd-up.sh" "$RK_DIR" 3>&-
+}
+
+# stack_down: stop it and remove all it left (call from teardown_file).
+stack_down() {
+	[ -n "${RK_DIR:-}" ] || return 0
+	"$REKINDLE_ROOT/scripts/containerd-down.sh" "$RK_DIR" 3>&-
+}
+
+# load_image NAME: import build/images/NAME.tar into the stack once.
+load_image() {
+	local tar=$IMAGES/$1.tar
+	[ -f "$tar" ] || die "$tar is missing: run 'make images'"
+	run_nerdctl load -i "$tar"
+}
+
+# ---- running commands ------------------------------------------------------
+
+# run_cmd [expected-status] CMD ARGS...: run CMD, print it and its output,
+# fail when its exit status differs from expected (default 0; '?' = any).
+run_cmd() {
+	local expect=0
+	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
+	echo "\$ $*" >&2
+	run "$@"
+	printf '%s\n' "$output" | sed 's/^/  /' >&2
+	if [ "$expect" != '?' ] && [ "$status" -ne "$expect" ]; then
+		die "exit status $status, expected $expect: $*"
+	fi
+}
+
+run_nerdctl() {
+	local expect=0
+	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
+	run_cmd "$expect" "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" "$@"
+}
+
+run_ctr() {
+	local expect=0
+	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
+	run_cmd "$expect" "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default "$@"
+}
+
+# ---- assertions ------------------------------------------------------------
+
+die() {
+	echo "#/vvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvvv" >&2
+	echo "#| FAIL: $*" >&2
+	echo "#\\^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^" >&2
+	false
+}
+
+# is ACTUAL EXPECTED WHAT: EXPECTED is a glob-free exact string or, when it
+# starts with '~', an extended regex.
+is() {
+	local actual=$1 expect=$2 what=$3
+	if [[ $expect == "~"* ]]; then
+		[[ $actual =~ ${expect#\~} ]] && return 0
+	else
+		[ "$actual" = "$expect" ] && return 0
+	fi
+	echo "#| $what" >&2
+	echo "#| expected: '$expect'" >&2
+	echo "#|   actual: '$actual'" >&2
+	die "$what"
+}
+
+# wait_for DESC SECONDS CMD...: poll CMD until it succeeds.
+wait_for() {
+	local desc=$1 secs=$2 i
+	shift 2
+	for ((i = 0; i < secs * 5; i++)); do
+		"$@" >/dev/null 2>&1 && return 0
+		sleep 0.2
+	done
+	die "timed out after ${secs}s waiting for $desc"
+}
+
+# ---- the CPU reference engine ---------------------------------------------
+
+# free_port: a loopback TCP port nobody listens on.
+free_port() {
+	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# engine GET|POST PORT PATH [JSON]: one HTTP call to an engine on loopback.
+engine() {
+	local method=$1 port=$2 path=$3 body=${4:-}
+	if [ -n "$body" ]; then
+		curl -fsS --max-time 10 -X "$method" -H 'Content-Type: application/json' \
+			-d "$body" "http://127.0.0.1:$port$path"
+	else
+		curl -fsS --max-time 10 -X "$method" "http://127.0.0.1:$port$path"
+	fi
+}
+
+# wait_healthy PORT: wait until the engine answers /health.
+wait_healthy() {
+	wait_for "engine on port $1 to be healthy" 60 engine GET "$1" /health
+}
+
+# ---- skips -----------------------------------------------------------------
+
+skip_if_no_gpu() {
+	if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
+		skip "no NVIDIA GPU on this host (nvidia-smi -L fails): GPU tests run on a lent GPU machine, see tests/gpu/README.md"
+	fi
+}
+
+skip_if_fewer_gpus() {
+	skip_if_no_gpu
+	local n
+	n=$(nvidia-smi -L | wc -l)
+	[ "$n" -ge "$1" ] || skip "needs $1 GPUs, this host has $n"
+}
