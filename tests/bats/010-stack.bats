@@ -1,0 +1,82 @@
+#!/usr/bin/env bats
+# The stack itself: pinned builds, the private containerd harness, nerdctl.
+
+load helpers
+
+setup_file() {
+	stack_up
+	load_image base
+}
+
+teardown_file() {
+	stack_down
+}
+
+@test "built components report the pinned versions" {
+	. <(sed -n 's/^\([A-Z_]*_VERSION\) *:= *\(.*\)$/\1=\2/p' "$REKINDLE_ROOT/versions.mk")
+	run_cmd containerd --version
+	is "$output" "~ ${CONTAINERD_VERSION#v}\+rekindle" "containerd version"
+	run_cmd runc --version
+	is "$output" "~runc version ${RUNC_VERSION#v}" "runc version"
+	run_cmd criu --version
+	is "$output" "~Version: $CRIU_VERSION" "criu version"
+	run_cmd nerdctl --version
+	is "$output" "~$NERDCTL_VERSION" "nerdctl version"
+}
+
+@test "criu check passes on this kernel" {
+	run_cmd criu check
+	is "$output" "~Looks good" "criu check"
+}
+
+@test "fetch-module refuses a module whose checksum differs from the pin" {
+	run_cmd 1 "$REKINDLE_ROOT/scripts/fetch-module.sh" github.com/opencontainers/runc v1.5.2 \
+		h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA= "$BATS_TEST_TMPDIR/runc"
+	is "$output" "~checksum mismatch for github.com/opencontainers/runc@v1.5.2" "error names the module"
+	[ ! -e "$BATS_TEST_TMPDIR/runc" ] || die "a source tree was left behind"
+}
+
+@test "containerd-up refuses to start over a running containerd" {
+	run_cmd 1 "$REKINDLE_ROOT/scripts/containerd-up.sh" "$RK_DIR"
+	is "$output" "~left by an earlier run still serves $RK_DIR: stop it with 'scripts/containerd-down.sh" "names the stale daemon and the fix"
+}
+
+@test "containerd-up refuses a socket another containerd serves" {
+	local other=$BATS_TEST_TMPDIR/other
+	mkdir -p "$other"
+	ln -s "$RK_DIR/containerd.sock" "$other/containerd.sock"
+	run_cmd 1 "$REKINDLE_ROOT/scripts/containerd-up.sh" "$other"
+	is "$output" "~socket $other/containerd.sock is in use" "names the socket"
+}
+
+@test "the harness needs root" {
+	run_cmd 1 setpriv --reuid=65534 --regid=65534 --clear-groups \
+		"$REKINDLE_ROOT/scripts/containerd-up.sh" "$BATS_TEST_TMPDIR/x"
+	is "$output" "~must run as root" "says why"
+}
+
+@test "nerdctl runs a container from the offline base image" {
+	run_ctr images ls -q
+	is "$output" "~$BASE_IMAGE" "base image imported"
+	run_nerdctl run --rm "$BASE_IMAGE" python3 -c 'print(6 * 7)'
+	is "$output" "42" "python3 in the base image"
+}
+
+@test "containerd-down cleans up after a killed containerd" {
+	local dir=$BATS_TEST_TMPDIR/rk2
+	"$REKINDLE_ROOT/scripts/containerd-up.sh" "$dir" 3>&-
+	run_cmd "$REKINDLE_ROOT/scripts/nerdctl.sh" "$dir" load -i "$IMAGES/base.tar"
+	run_cmd "$REKINDLE_ROOT/scripts/nerdctl.sh" "$dir" run -d --name sleeper "$BASE_IMAGE" sleep 600
+	local pid
+	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$dir" inspect -f '{{.State.Pid}}' sleeper)
+	kill -0 "$pid" || die "container process $pid is not running"
+	# As after a killed run: the daemon dies, shim and container live on.
+	kill -KILL "$(cat "$dir/containerd.pid")"
+
+	run_cmd "$REKINDLE_ROOT/scripts/containerd-down.sh" "$dir"
+	! kill -0 "$pid" 2>/dev/null || die "container process $pid survived"
+	run awk -v d="$dir/" 'index($5, d) == 1' /proc/self/mountinfo
+	is "$output" "" "mounts left under $dir"
+	. "$REKINDLE_ROOT/scripts/lib.sh"
+	is "$(pids_with "$dir/")" "" "processes left that name $dir"
+}
