@@ -1,0 +1,313 @@
+#!/bin/bash
+# Unit tests for cuda-checkpoint: the real binary against tests/libcuda.so.1
+# (a stub driver that logs its calls) and a fake /proc tree.
+# Each test_* function is one test; the last line is "N passed, N failed".
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+bin=$here/../cuda-checkpoint
+T=$(mktemp -d /tmp/cuda-checkpoint-test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+
+export REKINDLE_LIBCUDA=$here/libcuda.so.1 REKINDLE_PROC=$T/proc STUB_LOG=$T/calls
+unset REKINDLE_DEVICE_MAP REKINDLE_CUDA_CHECKPOINT_LOG STUB_FAIL STUB_STATE STUB_TID
+
+U=(GPU-0a000000-1111-2222-3333-444444444440 GPU-0a000000-1111-2222-3333-444444444441
+   GPU-0a000000-1111-2222-3333-444444444442 GPU-0a000000-1111-2222-3333-444444444443)
+P=4242 # the restored process
+
+# host N: the host has GPUs U[0..N-1], minors 0..N-1, seen by /proc and the driver.
+host() {
+	rm -rf "$T/proc"
+	local i list=
+	for ((i = 0; i < $1; i++)); do
+		local d=$T/proc/driver/nvidia/gpus/0000:0$i:00.0
+		mkdir -p "$d"
+		printf 'Model: \t\t NVIDIA H200\nIRQ: \t\t 1\nGPU UUID: \t %s\nBus Location: \t 0000:0%d:00.0\nDevice Minor: \t %d\n' \
+			"${U[$i]}" "$i" "$i" >"$d/information"
+		list+=${list:+,}${U[$i]}
+	done
+	export STUB_UUIDS=$list
+}
+
+# sees MINOR...: the restored process's /dev holds these /dev/nvidiaN (and the usual others).
+sees() {
+	local dev=$T/proc/$P/root/dev m
+	rm -rf "$dev" && mkdir -p "$dev"
+	touch "$dev/nvidiactl" "$dev/nvidia-uvm" "$dev/nvidia-uvm-tools" "$dev/null"
+	for m in "$@"; do touch "$dev/nvidia$m"; done
+}
+
+# recorded INDEX...: /.rekindle/devices.json lists these GPUs, as written at checkpoint.
+recorded() {
+	local dir=$T/proc/$P/root/.rekindle i sep=
+	mkdir -p "$dir"
+	{
+		printf '['
+		for i in "$@"; do
+			printf '%s\n  {"uuid": "%s", "pci_bus_id": "0000:0%d:00.0", "minor": %d}' "$sep" "${U[$i]}" "$i" "$i"
+			sep=,
+		done
+		printf '\n]\n'
+	} >"$dir/devices.json"
+}
+
+# ckpt ARGS...: run the tool as CRIU does (stdout and stderr in one stream).
+ckpt() {
+	rm -f "$STUB_LOG"
+	out=$("$bin" "$@" 2>&1)
+	rc=$?
+	calls=$(grep '^cuCheckpoint' "$STUB_LOG" 2>/dev/null)
+	return 0
+}
+
+fail_msg() { printf '    %s\n' "$@"; return 1; }
+is() { [[ "$1" == "$2" ]] || fail_msg "$3:" "expected: $2" "actual:   $1"; }
+has() { [[ "$1" == *"$2"* ]] || fail_msg "$3: missing \"$2\" in:" "$1"; }
+restored_with() { is "$calls" "cuCheckpointProcessRestore pid=$P $1" "restore call"; }
+
+# --- CLI surface CRIU relies on -------------------------------------------
+
+test_help_lists_options_without_driver() {
+	REKINDLE_LIBCUDA=/nonexistent ckpt -h
+	is "$rc" 0 "exit status" || return 1
+	local o
+	for o in --action --get-state --get-restore-tid --toggle --pid --timeout --device-map --help; do
+		has "$out" "$o" "help" || return 1
+	done
+	REKINDLE_LIBCUDA=/nonexistent ckpt --help && is "$rc" 0 "--help exit status"
+}
+
+test_get_state_prints_only_the_state() {
+	host 1
+	local s want=(running locked checkpointed failed)
+	for s in 0 1 2 3; do
+		STUB_STATE=$s ckpt --get-state --pid 77
+		is "$rc" 0 "exit status" && is "$out" "${want[$s]}" "output for state $s" || return 1
+	done
+	has "$(cat "$STUB_LOG")" "cuCheckpointProcessGetState pid=77" "driver call"
+}
+
+test_get_restore_tid_prints_the_tid() {
+	host 1
+	STUB_TID=4321 ckpt --get-restore-tid --pid 77
+	is "$rc" 0 "exit status" && is "$out" 4321 "output"
+}
+
+test_get_restore_tid_fails_for_non_cuda_process() {
+	host 1
+	STUB_FAIL=cuCheckpointProcessGetRestoreThreadId=3 ckpt --get-restore-tid -p 77
+	is "$rc" 1 "exit status" && has "$out" "CUDA_ERROR_NOT_INITIALIZED (3)" "error"
+}
+
+test_plugin_sequence_lock_checkpoint_restore_unlock() {
+	host 2; sees 0 1; recorded 0 1
+	local all= a
+	for a in "lock --pid $P --timeout 10000" "checkpoint --pid $P" "restore --pid $P" "unlock --pid $P"; do
+		ckpt --action $a
+		is "$rc" 0 "exit status of --action $a" && is "$out" "" "output of --action $a" || return 1
+		all+=$calls$'\n'
+	done
+	is "$all" "cuCheckpointProcessLock pid=$P timeout=10000 reserved=0
+cuCheckpointProcessCheckpoint pid=$P args=null
+cuCheckpointProcessRestore pid=$P args=null
+cuCheckpointProcessUnlock pid=$P args=null
+" "driver calls"
+}
+
+test_lock_without_timeout_passes_zero() {
+	host 1
+	ckpt --action lock -p 9
+	is "$calls" "cuCheckpointProcessLock pid=9 timeout=0 reserved=0" "lock call"
+}
+
+test_unsets_cuda_visible_devices_to_see_all_gpus() {
+	host 2
+	CUDA_VISIBLE_DEVICES=1 ckpt --get-state --pid 9
+	has "$(cat "$STUB_LOG")" "cuInit flags=0 CUDA_VISIBLE_DEVICES=unset" "cuInit"
+}
+
+test_usage_errors_exit_2() {
+	host 1
+	ckpt --pid 9; is "$rc" 2 "no operation" || return 1
+	ckpt --action lock; is "$rc" 2 "no pid" || return 1
+	ckpt --action freeze --pid 9; is "$rc" 2 "bad action" && has "$out" 'unknown action "freeze"' "message" || return 1
+	ckpt --action lock --pid abc; is "$rc" 2 "bad pid" || return 1
+	ckpt --action lock --pid 9 --device-map none; is "$rc" 2 "map on lock" || return 1
+	ckpt --get-state --toggle --pid 9; is "$rc" 2 "two operations" || return 1
+	is "$(cat "$STUB_LOG" 2>/dev/null)" "" "no driver call on usage errors"
+}
+
+test_missing_libcuda_is_a_clear_error() {
+	REKINDLE_LIBCUDA=$T/nope.so ckpt --get-state --pid 9
+	is "$rc" 1 "exit status" && has "$out" "cannot load $T/nope.so" "error"
+}
+
+# --- driver errors ---------------------------------------------------------
+
+test_driver_errors_name_the_curesult() {
+	host 1; sees 0; recorded 0
+	STUB_FAIL=cuCheckpointProcessLock=909 ckpt --action lock --pid $P --timeout 5
+	is "$rc" 1 "lock exit" && has "$out" "lock of pid $P failed: CUDA_ERROR_TIMEOUT (909)" "lock error" || return 1
+	STUB_FAIL=cuCheckpointProcessRestore=1 ckpt --action restore --pid $P
+	is "$rc" 1 "restore exit" && has "$out" "CUDA_ERROR_INVALID_VALUE (1)" "restore error" || return 1
+	STUB_FAIL=cuCheckpointProcessUnlock=401 ckpt --action unlock --pid $P
+	has "$out" "CUDA_ERROR_ILLEGAL_STATE (401)" "unlock error" || return 1
+	STUB_FAIL=cuCheckpointProcessCheckpoint=12345 ckpt --action checkpoint --pid $P
+	is "$rc" 1 "checkpoint exit" && has "$out" "(12345)" "unknown code" || return 1
+	STUB_FAIL=cuInit=100 ckpt --get-state --pid $P
+	is "$rc" 1 "cuInit exit" && has "$out" "cuInit failed: CUDA_ERROR_NO_DEVICE (100)" "cuInit error"
+}
+
+# --- remap on restore ------------------------------------------------------
+
+test_same_gpus_restore_without_pairs() {
+	host 2; sees 1; recorded 1
+	ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" && restored_with "args=null"
+}
+
+test_same_gpus_in_another_order_is_identity() {
+	host 4; sees 0 2 3; recorded 3 0 2
+	ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" && restored_with "args=null"
+}
+
+test_moved_gpu_is_completed_to_a_swap() {
+	# the measured case: a lone 1->0 is rejected by the driver, the swap works
+	host 2; sees 0; recorded 1
+	ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" && restored_with "pairs=2 reserved=0 ${U[1]}>${U[0]} ${U[0]}>${U[1]}"
+}
+
+test_completion_covers_every_host_gpu() {
+	host 4; sees 0; recorded 2
+	ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" &&
+		restored_with "pairs=4 reserved=0 ${U[2]}>${U[0]} ${U[1]}>${U[1]} ${U[3]}>${U[3]} ${U[0]}>${U[2]}"
+}
+
+test_shared_gpus_stay_put() {
+	host 4; sees 1 2; recorded 0 1
+	ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" &&
+		restored_with "pairs=4 reserved=0 ${U[1]}>${U[1]} ${U[0]}>${U[2]} ${U[3]}>${U[3]} ${U[2]}>${U[0]}"
+}
+
+test_device_node_minor_wins_over_its_name() {
+	[[ $(id -u) == 0 ]] || { echo "    (skipped: needs root for mknod)"; return 0; }
+	host 2; sees; recorded 1
+	mknod "$T/proc/$P/root/dev/nvidia0" c 195 1 # CDI may name the node after another minor
+	ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" && restored_with "args=null"
+}
+
+test_missing_devices_json_with_all_gpus_restores_as_is() {
+	host 2; sees 0 1
+	ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" && restored_with "args=null"
+}
+
+test_missing_devices_json_with_some_gpus_is_an_error() {
+	host 2; sees 1
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" && has "$out" "no $T/proc/$P/root/.rekindle/devices.json" "error" &&
+		has "$out" "sees 1 of this host's 2 GPUs" "error" && is "$calls" "" "no restore call"
+}
+
+test_more_gpus_than_the_host_has() {
+	host 2; sees 0 1; recorded 0 1 2
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" && has "$out" "the checkpoint used 3 GPUs but this host has 2" "error" || return 1
+	ckpt --action restore --pid $P --device-map "${U[0]}=${U[1]},${U[1]}=${U[0]},${U[2]}=${U[2]}"
+	is "$rc" 1 "exit status (map)" && has "$out" "names 3 GPUs but this host has 2" "map error" &&
+		is "$calls" "" "no restore call"
+}
+
+test_gpu_count_changed_is_an_error() {
+	host 4; sees 0 1; recorded 2
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" && has "$out" "used 1 GPU(s) but the restored container sees 2" "error"
+}
+
+test_bad_uuid_in_devices_json() {
+	host 2; sees 0; recorded 1
+	sed -i 's/GPU-0a000000-1111-2222-3333-444444444441/GPU-0a000000-1111-2222-3333-44444444444/' \
+		"$T/proc/$P/root/.rekindle/devices.json"
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" && has "$out" 'bad GPU UUID "GPU-0a000000-1111-2222-3333-44444444444"' "error" &&
+		is "$calls" "" "no restore call"
+}
+
+test_gpu_node_unknown_to_the_driver() {
+	host 2; sees 5; recorded 0
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" && has "$out" "GPU minor 5" "error"
+}
+
+test_device_map_overrides_and_is_completed() {
+	host 2; sees 0 1; recorded 0 1
+	ckpt --action restore --pid $P --device-map "${U[1]}=${U[0]}"
+	is "$rc" 0 "exit status" && restored_with "pairs=2 reserved=0 ${U[1]}>${U[0]} ${U[0]}>${U[1]}"
+}
+
+test_device_map_from_environment_and_none() {
+	host 2; sees 1
+	REKINDLE_DEVICE_MAP="${U[0]}=${U[1]}" ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" && restored_with "pairs=2 reserved=0 ${U[0]}>${U[1]} ${U[1]}>${U[0]}" || return 1
+	REKINDLE_DEVICE_MAP=none ckpt --action restore --pid $P
+	is "$rc" 0 "exit status (none)" && restored_with "args=null"
+}
+
+test_device_map_bad_uuid_syntax() {
+	host 2
+	local bad
+	for bad in "GPU-xyz=${U[0]}" "${U[0]}=GPU-0a000000-1111-2222-3333-44444444444g" "${U[0]}" "${U[0]}=${U[1]}x"; do
+		ckpt --action restore --pid $P --device-map "$bad"
+		is "$rc" 1 "exit status for $bad" && has "$out" "device map" "error for $bad" || return 1
+	done
+}
+
+test_device_map_not_a_bijection() {
+	host 3
+	ckpt --action restore --pid $P --device-map "${U[0]}=${U[1]},${U[0]}=${U[2]}"
+	is "$rc" 1 "exit (old twice)" && has "$out" "not a bijection: ${U[0]} is mapped twice" "error" || return 1
+	ckpt --action restore --pid $P --device-map "${U[0]}=${U[2]},${U[1]}=${U[2]}"
+	is "$rc" 1 "exit (new twice)" && has "$out" "two GPUs are mapped onto ${U[2]}" "error"
+}
+
+test_device_map_target_not_on_host() {
+	host 2
+	ckpt --action restore --pid $P --device-map "${U[0]}=${U[3]}"
+	is "$rc" 1 "exit status" && has "$out" "cannot restore onto ${U[3]}" "error"
+}
+
+test_toggle_checkpoints_then_restores_with_remap() {
+	host 2; sees 0; recorded 1
+	STUB_STATE=0 ckpt --toggle --pid $P --timeout 500
+	is "$rc" 0 "exit (running)" && is "$calls" "cuCheckpointProcessGetState pid=$P
+cuCheckpointProcessLock pid=$P timeout=500 reserved=0
+cuCheckpointProcessCheckpoint pid=$P args=null" "calls (running)" || return 1
+	STUB_STATE=2 ckpt --toggle --pid $P
+	is "$rc" 0 "exit (checkpointed)" && is "$calls" "cuCheckpointProcessGetState pid=$P
+cuCheckpointProcessRestore pid=$P pairs=2 reserved=0 ${U[1]}>${U[0]} ${U[0]}>${U[1]}
+cuCheckpointProcessUnlock pid=$P args=null" "calls (checkpointed)" || return 1
+	STUB_STATE=1 ckpt --toggle --pid $P
+	is "$rc" 1 "exit (locked)" && has "$out" "its CUDA state is locked" "error"
+}
+
+test_log_file_records_the_remap() {
+	host 2; sees 0; recorded 1
+	REKINDLE_CUDA_CHECKPOINT_LOG=$T/log ckpt --action restore --pid $P
+	is "$out" "" "quiet on success" && has "$(cat "$T/log")" "pid $P: remap ${U[1]} -> ${U[0]}" "log"
+}
+
+passed=0 failed=0
+for t in $(declare -F | awk '$3 ~ /^test_/ {print $3}'); do
+	if "$t"; then
+		echo "ok   $t"; passed=$((passed + 1))
+	else
+		echo "FAIL $t"; failed=$((failed + 1))
+	fi
+done
+echo "$passed passed, $failed failed"
+[[ $failed == 0 ]]
