@@ -130,3 +130,17 @@ skip_if_fewer_gpus() {
 	n=$(nvidia-smi -L | wc -l)
 	[ "$n" -ge "$1" ] || skip "needs $1 GPUs, this host has $n"
 }
+
+# start_engine NAME PORT [nerdctl run flags...]: run the CPU reference engine
+# detached, published on 127.0.0.1:PORT, and wait until it is healthy.
+start_engine() {
+	local name=$1 port=$2
+	shift 2
+	run_nerdctl run -d --name "$name" -p "127.0.0.1:$port:30000" "$@" "$ENGINE_IMAGE"
+	wait_healthy "$port"
+}
+
+# state_of PORT FIELD: one field of the engine's GET /state.
+state_of() {
+	engine GET "$1" /state | jq -r ".$2"
+}

@@ -1,0 +1,71 @@
+#!/usr/bin/env bats
+# CRIU works end to end on this kernel through the stack's own tools:
+# nerdctl checkpoint create, then nerdctl start --checkpoint.
+
+load helpers
+
+setup_file() {
+	stack_up
+	load_image base
+	load_image cpu-engine
+}
+
+teardown_file() {
+	stack_down
+}
+
+@test "a checkpointed engine resumes where it stopped, weights intact" {
+	local port
+	port=$(free_port)
+	start_engine eng "$port"
+
+	local prompt='{"text": "the quick brown fox", "max_new_tokens": 16}'
+	local before pid0 start0 c0
+	before=$(engine POST "$port" /generate "$prompt" | jq -r .text)
+	[ -n "$before" ] || die "empty generation before checkpoint"
+	pid0=$(state_of "$port" pid)
+	start0=$(state_of "$port" start_time)
+	sleep 1
+	c0=$(state_of "$port" counter)
+
+	run_nerdctl checkpoint create eng ck1
+	run_nerdctl inspect -f '{{.State.Status}}' eng
+	is "${lines[-1]}" "exited" "container stopped by the checkpoint"
+
+	run_nerdctl start --checkpoint ck1 eng
+	wait_healthy "$port"
+
+	is "$(state_of "$port" pid)" "$pid0" "same engine process (pid in the container)"
+	is "$(state_of "$port" start_time)" "$start0" "same start time: restored, not restarted"
+	local c1
+	c1=$(state_of "$port" counter)
+	[ "$c1" -ge "$c0" ] || die "counter went back from $c0 to $c1"
+	sleep 0.5
+	[ "$(state_of "$port" counter)" -gt "$c1" ] || die "counter stopped after restore"
+
+	local after
+	after=$(engine POST "$port" /generate "$prompt" | jq -r .text)
+	is "$after" "$before" "greedy output after restore"
+	is "$(state_of "$port" loaded_sha256)" "$(state_of "$port" weights_sha256)" "weights checksum"
+}
+
+@test "an engine released before the checkpoint reloads its weights after restore" {
+	local port
+	port=$(free_port)
+	start_engine eng2 "$port"
+	local prompt='{"text": "hello", "max_new_tokens": 8}'
+	local before
+	before=$(engine POST "$port" /generate "$prompt" | jq -r .text)
+
+	engine POST "$port" /flush_cache >/dev/null
+	engine POST "$port" /release_memory_occupation '{}' >/dev/null
+	is "$(state_of "$port" loaded)" "false" "weights released"
+	run_nerdctl checkpoint create eng2 ck2
+	run_nerdctl start --checkpoint ck2 eng2
+	wait_for "engine on port $port to answer" 30 engine GET "$port" /state
+	is "$(state_of "$port" loaded)" "false" "still released right after restore"
+
+	engine POST "$port" /resume_memory_occupation '{}' >/dev/null
+	is "$(state_of "$port" loaded)" "true" "weights reloaded"
+	is "$(engine POST "$port" /generate "$prompt" | jq -r .text)" "$before" "greedy output"
+}
