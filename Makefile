@@ -44,7 +44,13 @@ PIN_checkpointctl = $(CHECKPOINTCTL_VERSION) $(CHECKPOINTCTL_SUM) $(CHECKPOINTCT
 PIN_critools      = $(CRITOOLS_VERSION) $(CRITOOLS_SUM)
 PIN_cni           = $(CNI_VERSION) $(CNI_SUM) $(CNI_PLUGINS)
 
-build: stack ## build the whole stack into build/bin
+# Fragments add their outputs to BUILD_EXTRA and their unit-test targets to UNIT_TESTS.
+BUILD_EXTRA :=
+UNIT_TESTS :=
+-include images/images.mk
+-include oci-checkpoint/oci-checkpoint.mk
+
+build: stack $(BUILD_EXTRA) ## build the whole stack, our tools and the images into build/
 stack: $(STACK)
 
 PATCHES := $(shell cat containerd-patches/series 2>/dev/null | sed 's|^|containerd-patches/|')
@@ -72,7 +78,7 @@ $(BIN)/nerdctl: $(PINS)/nerdctl | $(BUILDDIR)/.deps
 	cd $(SRC)/nerdctl && rm -f cmd/nerdctl/helpers/testing_linux.go && \
 		$(GO) mod edit -dropreplace=github.com/containerd/nerdctl/mod/tigron \
 			-droprequire=github.com/containerd/nerdctl/mod/tigron && \
-		$(GOBUILD) -ldflags "-X github.com/containerd/nerdctl/v2/pkg/version.Version=$(NERDCTL_VERSION)" \
+		$(GOBUILD) -ldflags "-X github.com/containerd/nerdctl/v2/pkg/version.Version=$(NERDCTL_VERSION:v%=%)" \
 			-o $(ABSBIN)/nerdctl ./cmd/nerdctl
 
 $(BIN)/nvidia-ctk: $(PINS)/nvctk | $(BUILDDIR)/.deps
@@ -93,10 +99,6 @@ $(BIN)/cni/bridge: $(PINS)/cni | $(BUILDDIR)/.deps
 	cd $(SRC)/cni-plugins && for p in $(CNI_PLUGINS); do \
 		dir=$$(ls -d plugins/*/$$p) && $(GOBUILD) -o $(ABSBIN)/cni/$$p ./$$dir || exit 1; done
 	@touch $@
-
-UNIT_TESTS :=
--include images/images.mk
--include oci-checkpoint/oci-checkpoint.mk
 
 install: ## copy the built stack under $(DESTDIR)$(PREFIX) (run 'make build' first)
 	@for f in $(STACK); do [ -e $$f ] || { echo "rekindle: error: $$f is not built: run 'make build' first" >&2; exit 1; }; done
