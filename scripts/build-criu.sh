@@ -13,28 +13,15 @@ tarball="criu_${ver}.orig.tar.xz"
 dl=$(dirname "$src")/dl
 mkdir -p "$dl"
 if ! echo "$sha  $dl/$tarball" | sha256sum -c --status 2>/dev/null; then
-	uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-	[ -n "$uri" ] || uri=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
-	[ -n "$uri" ] || die "no Debian mirror found in /etc/apt: add one to fetch CRIU's source"
 	state=$(mktemp -d)
 	trap 'rm -rf "$state"' EXIT
-	chmod 755 "$state"
-	mkdir -p "$state/lists/partial"
-	cat >"$state/src.sources" <<-SRC
-	Types: deb-src
-	URIs: $uri
-	Suites: sid trixie
-	Components: main
-	Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-	SRC
-	o=(-o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$state/src.sources" -o Dir::Etc::SourceParts=- -o "Dir::State::Lists=$state/lists")
-	note "fetching criu $debver source from $uri"
-	apt-get "${o[@]}" update -qq || die "apt-get update of the deb-src suites failed"
-	(cd "$state" && apt-get "${o[@]}" source --download-only --tar-only -qq "criu=$debver") ||
+	private_apt "$state" deb-src "sid trixie"
+	note "fetching criu $debver source from $(apt_mirror)"
+	(cd "$state" && apt-get "${APT_OPTS[@]}" source --download-only --tar-only -qq "criu=$debver") ||
 		die "criu $debver is not in Debian's sid/trixie sources any more: pick another in versions.mk"
+	echo "$sha  $state/$tarball" | sha256sum -c --status ||
+		die "checksum mismatch for $tarball: expected $sha (versions.mk), got $(sha256sum "$state/$tarball" | cut -d' ' -f1)"
 	mv "$state/$tarball" "$dl/$tarball"
-	echo "$sha  $dl/$tarball" | sha256sum -c --status ||
-		die "checksum mismatch for $tarball: expected $sha (versions.mk), got $(sha256sum "$dl/$tarball" | cut -d' ' -f1)"
 fi
 
 rm -rf "$src"

@@ -19,3 +19,26 @@ pids_with() {
 	done
 	return 0
 }
+
+# apt_mirror: the Debian mirror this machine's apt already uses.
+apt_mirror() {
+	local uri
+	uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
+	[ -n "$uri" ] || uri=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+	[ -n "$uri" ] || die "no Debian mirror found in /etc/apt: add one first"
+	echo "$uri"
+}
+
+# private_apt STATEDIR TYPE SUITES: set up an apt state in STATEDIR that reads
+# only the given suites from the machine's mirror, so the host's sources stay
+# untouched, and set the array APT_OPTS to use it.
+private_apt() {
+	local state=$1 type=$2 suites=$3
+	chmod 755 "$state"
+	mkdir -p "$state/lists/partial"
+	printf 'Types: %s\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
+		"$type" "$(apt_mirror)" "$suites" >"$state/sources"
+	APT_OPTS=(-o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$state/sources"
+		-o Dir::Etc::SourceParts=- -o "Dir::State::Lists=$state/lists")
+	apt-get "${APT_OPTS[@]}" update -qq || die "apt-get update of $suites from $(apt_mirror) failed"
+}
