@@ -23,7 +23,7 @@ CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
 STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk \
 	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge
 
-.PHONY: help deps build stack install test test-unit demo bench clean distclean FORCE
+.PHONY: help deps build stack install test test-cuda-checkpoint demo bench clean distclean FORCE
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -53,6 +53,15 @@ PIN_cni           = $(CNI_VERSION) $(CNI_SUM) $(CNI_PLUGINS)
 BUILD_EXTRA :=
 UNIT_TESTS :=
 -include images/images.mk
+
+CUDA_CHECKPOINT_SRC := $(wildcard oci-checkpoint/cuda-checkpoint/*.[ch]) oci-checkpoint/cuda-checkpoint/Makefile
+$(BIN)/cuda-checkpoint: $(CUDA_CHECKPOINT_SRC)
+	$(MAKE) -C oci-checkpoint/cuda-checkpoint
+	$(MAKE) -C oci-checkpoint/cuda-checkpoint install DESTDIR= PREFIX=$(abspath $(BUILDDIR))
+test-cuda-checkpoint:
+	$(MAKE) -C oci-checkpoint/cuda-checkpoint test
+BUILD_EXTRA += $(BIN)/cuda-checkpoint
+UNIT_TESTS += test-cuda-checkpoint
 -include oci-checkpoint/oci-checkpoint.mk
 
 build: stack $(BUILD_EXTRA) ## build the whole stack, our tools and the images into build/

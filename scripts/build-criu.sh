@@ -28,9 +28,9 @@ rm -rf "$src"
 mkdir -p "$src"
 tar -xJf "$dl/$tarball" -C "$src" --strip-components=1
 note "building criu $ver"
-make -C "$src" -j"$(nproc)" PREFIX="${PREFIX:-/usr/local}" criu >"$src/build.log" 2>&1 ||
+make -C "$src" -j"$(nproc)" PREFIX="${PREFIX:-/usr/local}" PLUGINDIR="${PREFIX:-/usr/local}/lib/criu" criu >"$src/build.log" 2>&1 ||
 	{ tail -20 "$src/build.log" >&2; die "criu build failed; full log: $src/build.log"; }
-make -C "$src" -j"$(nproc)" PREFIX="${PREFIX:-/usr/local}" cuda_plugin >>"$src/build.log" 2>&1 ||
+make -C "$src" -j"$(nproc)" PREFIX="${PREFIX:-/usr/local}" PLUGINDIR="${PREFIX:-/usr/local}/lib/criu" cuda_plugin >>"$src/build.log" 2>&1 ||
 	{ tail -20 "$src/build.log" >&2; die "criu cuda_plugin build failed; full log: $src/build.log"; }
 mkdir -p "$out/bin" "$out/lib/criu"
 install -m 0755 "$src/criu/criu" "$out/bin/criu"
