@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# gpu-bundle.sh OUT.tar.xz: pack what a GPU test run needs on a machine that
+# has a GPU but no network and no build tools: the stack's binaries
+# (stripped), CRIU's CUDA plugin, the shared libraries criu and jq need
+# beyond glibc, bats, and the GPU image tarballs. tests/gpu/run.sh unpacks it.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+. "$here/lib.sh"
+[ $# -eq 1 ] || die "usage: $0 OUT.tar.xz"
+root=$(dirname "$here")
+b=$root/build
+out=$(realpath -m "$1")
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+
+mkdir -p "$stage/bin/cni" "$stage/lib/criu" "$stage/images"
+for t in containerd containerd-shim-runc-v2 ctr runc criu nerdctl nvidia-ctk \
+	cuda-checkpoint oci-checkpoint rekindle-wake; do
+	[ -x "$b/bin/$t" ] || die "$b/bin/$t is missing: run 'make build' first"
+	cp "$b/bin/$t" "$stage/bin/"
+done
+cp "$b/bin/cni/"* "$stage/bin/cni/"
+cp "$(command -v jq)" "$stage/bin/"
+strip "$stage/bin/"* "$stage/bin/cni/"* 2>/dev/null || true
+cp "$b/lib/criu/cuda_plugin.so" "$stage/lib/criu/"
+
+# Shared libraries outside glibc; the GPU host's glibc is as new or newer.
+ldd "$stage/bin/criu" "$stage/bin/jq" "$stage/bin/runc" | awk '/=> \//{print $3}' | sort -u |
+	grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
+	while read -r l; do cp -L "$l" "$stage/lib/"; done
+
+# bats-core, from its Debian package's files.
+mkdir -p "$stage/bats/lib" "$stage/bats/libexec"
+cp -r /usr/lib/bats-core "$stage/bats/lib/"
+cp -r /usr/libexec/bats-core "$stage/bats/libexec/"
+install -D -m 0755 /usr/bin/bats "$stage/bats/bin/bats"
+
+for img in "$b"/images/gpu-*.tar; do
+	[ -f "$img" ] && cp "$img" "$stage/images/"
+done
+
+mkdir -p "$(dirname "$out")"
+tar -C "$stage" -cf - . | xz -T0 -6 >"$out.tmp"
+mv "$out.tmp" "$out"
+note "$(du -h "$out" | cut -f1) $out"
