@@ -72,10 +72,13 @@ PY
 }
 
 # layer_tar DIR OUT: an uncompressed layer of DIR's contents, entries sorted,
-# owners numeric, every mtime fixed.
+# owners numeric, every mtime fixed. POSIX format keeps xattrs (file
+# capabilities); its default extended headers carry atime, ctime and the pid,
+# which would make every build differ, so leave them out.
 layer_tar() {
 	local dir=$1 out=$2
 	(cd "$dir" && find . -mindepth 1 -maxdepth 1 -printf '%P\n' | LC_ALL=C sort) |
-		tar --sort=name --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" --xattrs \
+		tar --format=posix --pax-option='exthdr.name=%d/PaxHeaders/%f,delete=atime,delete=ctime' \
+			--sort=name --numeric-owner --mtime="@$SOURCE_DATE_EPOCH" --xattrs \
 			-C "$dir" -cf "$out" -T - || die "cannot tar $dir"
 }

@@ -49,7 +49,7 @@ rm -rf "$rootfs"/dev/* "$rootfs"/proc/* "$rootfs"/sys/* "$rootfs"/run/* "$rootfs
 	"$rootfs"/var/cache/apt/* "$rootfs"/var/lib/apt/lists/* "$rootfs"/var/log/* \
 	"$rootfs"/var/cache/debconf/*-old "$rootfs"/var/lib/dpkg/*-old \
 	"$rootfs"/usr/share/doc/* "$rootfs"/usr/share/man/* "$rootfs"/usr/share/info/* \
-	"$rootfs"/usr/share/locale/*
+	"$rootfs"/usr/share/locale/* "$rootfs"/var/cache/ldconfig/aux-cache
 : >"$rootfs/etc/machine-id"
 rm -f "$rootfs/etc/hostname" "$rootfs/etc/resolv.conf" "$rootfs/var/lib/dbus/machine-id"
 # Keep apt usable inside the image for derived recipes, pointed at the same mirror.
@@ -74,5 +74,6 @@ umoci config --image "$layout:$suite" --created "$created" --history.created "$c
 	--config.label "org.opencontainers.image.title=rekindle base" \
 	--config.label "org.opencontainers.image.description=Debian $suite minbase with python3, bootstrapped offline"
 oci_pack "$layout" "$suite" "$ref" "$out"
-rm -rf "$work/layer.tar" "$rootfs"
+rm -f "$work/layer.tar"
+[ -n "${KEEP_ROOTFS:-}" ] || rm -rf "$rootfs"
 note "wrote $out ($(du -h "$out" | cut -f1)) as $ref"
