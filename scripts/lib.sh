@@ -23,8 +23,12 @@ pids_with() {
 # apt_mirror: the Debian mirror this machine's apt already uses.
 apt_mirror() {
 	local uri
-	uri=$(awk '/^URIs:/{print $2; exit}' /etc/apt/sources.list.d/*.sources 2>/dev/null || true)
-	[ -n "$uri" ] || uri=$(awk '$1=="deb"{print $2; exit}' /etc/apt/sources.list 2>/dev/null || true)
+	# Prefer Debian's main archive (a URI ending in /debian) over security,
+	# backports or third-party repositories listed beside it.
+	uri=$( { awk '/^URIs:/{for (i = 2; i <= NF; i++) print $i}' /etc/apt/sources.list.d/*.sources
+		awk '$1=="deb"{for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /=/ && $i !~ /\]$/) {print $i; break}}' \
+			/etc/apt/sources.list /etc/apt/sources.list.d/*.list; } 2>/dev/null |
+		awk '/\/debian\/?$/{print; found=1; exit} NR==1{first=$0} END{if (!found && first != "") print first}')
 	[ -n "$uri" ] || die "no Debian mirror found in /etc/apt: add one first"
 	echo "$uri"
 }
@@ -36,9 +40,14 @@ private_apt() {
 	local state=$1 type=$2 suites=$3
 	chmod 755 "$state"
 	mkdir -p "$state/lists/partial"
-	printf 'Types: %s\nURIs: %s\nSuites: %s\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n' \
-		"$type" "$(apt_mirror)" "$suites" >"$state/sources"
-	APT_OPTS=(-o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$state/sources"
+	# One-line format: apt reads a SourceList file as deb822 only when its
+	# name ends in .sources, and the one-line form works on every release.
+	local mirror s
+	mirror=$(apt_mirror)
+	for s in $suites; do
+		echo "$type [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] $mirror $s main"
+	done >"$state/sources.list"
+	APT_OPTS=(-o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$state/sources.list"
 		-o Dir::Etc::SourceParts=- -o "Dir::State::Lists=$state/lists")
 	apt-get "${APT_OPTS[@]}" update -qq || die "apt-get update of $suites from $(apt_mirror) failed"
 }
