@@ -1,0 +1,190 @@
+// rekindle-wake is injected into an engine container before it is
+// checkpointed. It waits, holding no socket or open file, until
+// /.rekindle/wake exists (the file travels in the checkpoint's rootfs diff,
+// so it appears when the container is restored), then calls the engine's
+// resume endpoints and records the outcome in /.rekindle/status.
+//
+//	rekindle-wake start --engine sglang --port 30000 [--resume CALL]...
+//
+// start forks the waiter into its own session and returns once it runs;
+// the waiter is reparented to the container's init, so CRIU dumps it with
+// the engine.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+
+	"rekindle.local/oci-checkpoint/pkg/engine"
+)
+
+const (
+	dir        = "/.rekindle"
+	wakeFile   = dir + "/wake"
+	statusFile = dir + "/status"
+	pidFile    = dir + "/wake.pid"
+)
+
+// Status is what /.rekindle/status holds after a wake.
+type Status struct {
+	Outcome        string       `json:"outcome"` // resumed | failed
+	Error          string       `json:"error,omitempty"`
+	Engine         string       `json:"engine"`
+	CheckpointedAt string       `json:"checkpointed_at,omitempty"`
+	WokeAt         time.Time    `json:"woke_at"`
+	DoneAt         time.Time    `json:"done_at"`
+	ResumeSeconds  float64      `json:"resume_seconds"`
+	Calls          []CallResult `json:"calls"`
+}
+
+// CallResult is one resume call.
+type CallResult struct {
+	Call     string  `json:"call"`
+	Attempts int     `json:"attempts"`
+	Seconds  float64 `json:"seconds"`
+	Error    string  `json:"error,omitempty"`
+}
+
+type calls []string
+
+func (c *calls) String() string     { return fmt.Sprint(*c) }
+func (c *calls) Set(s string) error { *c = append(*c, s); return nil }
+
+func main() {
+	if len(os.Args) < 2 || (os.Args[1] != "start" && os.Args[1] != "wait") {
+		fmt.Fprintln(os.Stderr, "usage: rekindle-wake start|wait --engine NAME --port N [--resume CALL]... [--deadline D] [--poll D]")
+		os.Exit(2)
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	name := fs.String("engine", "sglang", "engine profile: "+fmt.Sprint(engine.Names))
+	port := fs.Int("port", 0, "engine port inside the container (0: the profile's)")
+	deadline := fs.Duration("deadline", 10*time.Minute, "give up resuming after this long")
+	poll := fs.Duration("poll", 5*time.Millisecond, "how often to look for the wake file")
+	var resume calls
+	fs.Var(&resume, "resume", "resume call ('POST /path [JSON]' or 'exec CMD'); replaces the profile's, repeatable")
+	fs.Parse(os.Args[2:])
+
+	p, err := engine.Lookup(*name, *port)
+	if err != nil {
+		fail(err)
+	}
+	if len(resume) > 0 {
+		p.Resume = nil
+		for _, s := range resume {
+			c, err := engine.ParseCall(s)
+			if err != nil {
+				fail(err)
+			}
+			p.Resume = append(p.Resume, c)
+		}
+	}
+	if len(p.Resume) == 0 {
+		fail(errors.New("no resume calls: pass --resume"))
+	}
+	if os.Args[1] == "start" {
+		start()
+		return
+	}
+	wait(p, *poll, *deadline)
+}
+
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "rekindle-wake:", err)
+	os.Exit(1)
+}
+
+// start runs "wait" with the same flags in a new session, stdio on
+// /dev/null, and returns once the waiter has written its pid file.
+func start() {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		fail(err)
+	}
+	os.Remove(pidFile)
+	self, err := os.Executable()
+	if err != nil {
+		fail(err)
+	}
+	cmd := exec.Command(self, append([]string{"wait"}, os.Args[2:]...)...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		fail(err)
+	}
+	for i := 0; i < 500; i++ {
+		if b, err := os.ReadFile(pidFile); err == nil && string(b) == strconv.Itoa(cmd.Process.Pid) {
+			fmt.Println(cmd.Process.Pid)
+			return // the waiter is orphaned to the container's init when we exit
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cmd.Process.Kill()
+	fail(errors.New("the waiter did not start within 5s"))
+}
+
+func wait(p engine.Profile, poll, deadline time.Duration) {
+	if err := os.WriteFile(pidFile+".tmp", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+		os.Exit(1)
+	}
+	if err := os.Rename(pidFile+".tmp", pidFile); err != nil {
+		os.Exit(1)
+	}
+	var st syscall.Stat_t
+	for syscall.Stat(wakeFile, &st) != nil {
+		time.Sleep(poll)
+	}
+	s := Status{Engine: p.Name, WokeAt: time.Now()}
+	var marker struct {
+		CheckpointedAt string `json:"checkpointed_at"`
+	}
+	if b, err := os.ReadFile(wakeFile); err == nil && json.Unmarshal(b, &marker) == nil {
+		s.CheckpointedAt = marker.CheckpointedAt
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	c := &engine.Client{
+		HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}},
+		Base: fmt.Sprintf("http://127.0.0.1:%d", p.Port),
+	}
+	s.Outcome = "resumed"
+	for _, call := range p.Resume {
+		t0 := time.Now()
+		n, err := c.Retry(ctx, call)
+		r := CallResult{Call: call.String(), Attempts: n, Seconds: time.Since(t0).Seconds()}
+		if err != nil {
+			r.Error = err.Error()
+			s.Outcome, s.Error = "failed", fmt.Sprintf("resume call %s failed: %v", call, err)
+		}
+		s.Calls = append(s.Calls, r)
+		if err != nil {
+			break
+		}
+	}
+	s.DoneAt = time.Now()
+	s.ResumeSeconds = s.DoneAt.Sub(s.WokeAt).Seconds()
+	b, _ := json.MarshalIndent(s, "", "  ")
+	os.WriteFile(statusFile+".tmp", append(b, '\n'), 0o644)
+	os.Rename(statusFile+".tmp", statusFile)
+	os.Remove(pidFile)
+
+	// The container's log is its init's stdout: say the outcome there too.
+	line := fmt.Sprintf("rekindle-wake: engine %s resumed in %.3fs\n", p.Name, s.ResumeSeconds)
+	if s.Outcome != "resumed" {
+		line = fmt.Sprintf("rekindle-wake: ERROR: %s (after %.3fs); see %s\n", s.Error, s.ResumeSeconds, statusFile)
+	}
+	if f, err := os.OpenFile("/proc/1/fd/1", os.O_WRONLY|os.O_APPEND, 0); err == nil {
+		f.WriteString(line)
+		f.Close()
+	}
+	if s.Outcome != "resumed" {
+		os.Exit(1)
+	}
+}

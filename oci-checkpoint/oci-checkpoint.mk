@@ -1,0 +1,19 @@
+# oci-checkpoint and the rekindle-wake helper. Included by the top Makefile.
+# rekindle-wake is static (no cgo): it is copied into engine containers of
+# any distribution.
+
+OCI_CHECKPOINT_SRC := $(shell find oci-checkpoint -name '*.go' -not -path '*/cuda-checkpoint/*') \
+	oci-checkpoint/go.mod oci-checkpoint/go.sum
+
+$(BIN)/oci-checkpoint: $(OCI_CHECKPOINT_SRC) | $(BUILDDIR)/.deps
+	cd oci-checkpoint && $(GOBUILD) -ldflags "-X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)" \
+		-o $(ABSBIN)/oci-checkpoint ./cmd/oci-checkpoint
+
+$(BIN)/rekindle-wake: $(OCI_CHECKPOINT_SRC) | $(BUILDDIR)/.deps
+	cd oci-checkpoint && CGO_ENABLED=0 $(GOBUILD) -ldflags "-s -w" -o $(ABSBIN)/rekindle-wake ./cmd/rekindle-wake
+
+test-oci-checkpoint: ## unit tests of oci-checkpoint (go test)
+	cd oci-checkpoint && GOFLAGS=-mod=mod $(GO) test ./...
+
+BUILD_EXTRA += $(BIN)/oci-checkpoint $(BIN)/rekindle-wake
+UNIT_TESTS += test-oci-checkpoint

@@ -1,0 +1,329 @@
+// Package checkpoint turns a running engine container into a checkpoint
+// image in the CRI-O/checkpointctl format that Rekindle's containerd
+// restores on `nerdctl run`.
+package checkpoint
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/leases"
+	"github.com/containerd/errdefs"
+
+	"rekindle.local/oci-checkpoint/pkg/engine"
+	"rekindle.local/oci-checkpoint/pkg/hostinfo"
+	"rekindle.local/oci-checkpoint/pkg/inroot"
+	"rekindle.local/oci-checkpoint/pkg/phase"
+)
+
+// Files the checkpoint puts into the container.
+const (
+	HelperDir    = "/.rekindle"
+	HelperPath   = HelperDir + "/rekindle-wake"
+	WakeFile     = HelperDir + "/wake"
+	StatusFile   = HelperDir + "/status"
+	WakePidFile  = HelperDir + "/wake.pid"
+	DevicesFile  = HelperDir + "/devices.json"
+	engineLabel  = "rekindle"
+	checkpointer = "rekindle-oci-checkpoint"
+)
+
+// Options of Create.
+type Options struct {
+	Container string
+	Image     string // a name; normalised as nerdctl does
+	Engine    engine.Profile
+	// URL reaches the engine from the host instead of through the
+	// container's network namespace (host-network containers, tests).
+	URL            string
+	HealthTimeout  time.Duration
+	QuiesceTimeout time.Duration
+	WakeDeadline   time.Duration
+	WakeBinary     string // the static rekindle-wake to inject
+	LeaveRunning   bool
+	// OCIArchive, when set, receives the image as an OCI archive instead
+	// of the image store.
+	OCIArchive string
+	WorkDir    string
+	Progress   io.Writer
+}
+
+// Result describes the image written.
+type Result struct {
+	Image       string             `json:"image"`
+	Digest      string             `json:"digest"`
+	Size        int64              `json:"size"`
+	OCIArchive  string             `json:"oci_archive,omitempty"`
+	Container   string             `json:"container"`
+	BaseImage   string             `json:"base_image"`
+	GPUs        []hostinfo.GPU     `json:"gpus"`
+	Phases      []phase.Timing     `json:"phases"`
+	Seconds     map[string]float64 `json:"seconds"`
+	Annotations map[string]string  `json:"annotations"`
+}
+
+// Create checkpoints the container into an image. On failure after the
+// engine was quiesced it is resumed and left running, and nothing is left
+// in the image store.
+func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err error) {
+	name, err := NormalizeName(o.Image)
+	if err != nil {
+		return nil, err
+	}
+	ctr, err := FindContainer(ctx, c, o.Container)
+	if err != nil {
+		return nil, err
+	}
+	info, err := ctr.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	task, err := ctr.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return nil, fmt.Errorf("container %s has no running task: start it first", o.Container)
+	} else if err != nil {
+		return nil, err
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if st.Status != client.Running {
+		return nil, fmt.Errorf("container %s is %s: only a running container can be checkpointed", o.Container, st.Status)
+	}
+	if info.Image == "" {
+		return nil, fmt.Errorf("container %s was not created from an image: a checkpoint image needs one as its base", o.Container)
+	}
+	if _, err := os.Stat(o.WakeBinary); err != nil {
+		return nil, fmt.Errorf("wake helper: %w (build it with 'make build', or pass --wake-binary)", err)
+	}
+	spec, err := ctr.Spec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pid := task.Pid()
+	root, err := inroot.Open(fmt.Sprintf("/proc/%d/root", pid))
+	if err != nil {
+		return nil, err
+	}
+	defer root.Close()
+
+	t := &phase.Timer{Out: o.Progress}
+	eng := &engine.Client{HTTP: NetnsHTTP(pid), Base: fmt.Sprintf("http://127.0.0.1:%d", o.Engine.Port)}
+	if o.URL != "" {
+		eng = &engine.Client{Base: o.URL}
+	}
+	eng.Exec = func(ctx context.Context, command string) error {
+		_, err := execIn(ctx, task, spec, "rekindle-quiesce-"+randomID(), []string{"/bin/sh", "-c", command}, o.QuiesceTimeout)
+		return err
+	}
+
+	if err := t.Run("health", func() error { return waitHealthy(ctx, eng, o.Engine.Health, o.HealthTimeout) }); err != nil {
+		return nil, err
+	}
+
+	quiesced, helperUp := false, false
+	defer func() {
+		if err == nil || !quiesced {
+			return
+		}
+		// Undo: the helper resumes the engine once it sees the wake file;
+		// without a helper, resume it from here.
+		if rerr := resume(ctx, root, eng, o, helperUp, task); rerr != nil {
+			err = fmt.Errorf("%w; resuming the engine failed too: %v", err, rerr)
+		} else {
+			err = fmt.Errorf("%w (the engine was resumed and is running)", err)
+		}
+	}()
+
+	if err := t.Run("quiesce", func() error {
+		qctx, cancel := context.WithTimeout(ctx, o.QuiesceTimeout)
+		defer cancel()
+		for _, call := range o.Engine.Quiesce {
+			if err := eng.Do(qctx, call); err != nil {
+				return fmt.Errorf("quiesce: %w; the engine is left running", err)
+			}
+		}
+		quiesced = true
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+
+	if err := t.Run("inject-helper", func() error {
+		if err := injectHelper(ctx, root, task, spec, o); err != nil {
+			return err
+		}
+		helperUp = true
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+
+	var gpus []hostinfo.GPU
+	host := hostinfo.Read()
+	if err := t.Run("record", func() error {
+		devs, err := root.CharDevices("/dev", "nvidia*")
+		if err != nil {
+			return fmt.Errorf("list the container's GPU devices: %w", err)
+		}
+		gpus = hostinfo.DeviceMinors(devs, host.GPUs)
+		if gpus == nil {
+			gpus = []hostinfo.GPU{}
+		}
+		b, _ := json.MarshalIndent(gpus, "", "  ")
+		return root.WriteFile(DevicesFile, append(b, '\n'), 0o644)
+	}); err != nil {
+		return nil, err
+	}
+
+	// The lease keeps what we write from the garbage collector until the
+	// image holds it, and lets it go if we fail.
+	ctx, done, err := c.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
+	if err != nil {
+		return nil, err
+	}
+	defer done(context.WithoutCancel(ctx))
+
+	work, err := os.MkdirTemp(o.WorkDir, "oci-checkpoint-")
+	if err != nil {
+		return nil, fmt.Errorf("work directory: %w (pass --work-dir on a filesystem with room for the checkpoint)", err)
+	}
+	defer os.RemoveAll(work)
+	archiveDir := filepath.Join(work, "archive")
+	criuDir := filepath.Join(archiveDir, crmetadata.CheckpointDirectory)
+	if err := os.MkdirAll(criuDir, 0o700); err != nil {
+		return nil, err
+	}
+
+	checkpointedAt := time.Now().UTC()
+	if err := t.Run("dump", func() error {
+		_, err := task.Checkpoint(ctx, client.WithCheckpointImagePath(criuDir), withOptions(archiveDir, !o.LeaveRunning))
+		if err != nil {
+			return fmt.Errorf("dump: %w (CRIU's log: %s)", err, criuLog(archiveDir))
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	stopped := !o.LeaveRunning
+
+	res = &Result{Image: name, Container: ctr.ID(), BaseImage: info.Image, GPUs: gpus}
+	err = t.Run("package", func() error {
+		wake, _ := json.Marshal(map[string]string{"checkpointed_at": checkpointedAt.Format(time.RFC3339Nano)})
+		if err := writeRootfsDiff(ctx, c, info, archiveDir, []ExtraFile{{Name: WakeFile, Data: wake, Mode: 0o644}}); err != nil {
+			return fmt.Errorf("rootfs diff: %w", err)
+		}
+		if err := writeDumps(ctx, c, ctr, info, archiveDir, checkpointedAt); err != nil {
+			return err
+		}
+		ann := host.Annotations(gpus)
+		ann[hostinfo.AnnotFormat] = hostinfo.FormatVersion
+		ann[hostinfo.AnnotEngine] = o.Engine.Name
+		ann[hostinfo.AnnotEnginePort] = strconv.Itoa(o.Engine.Port)
+		ann[hostinfo.AnnotCreated] = checkpointedAt.Format(time.RFC3339)
+		ann[hostinfo.AnnotSourceImage] = info.Image
+		phases, _ := json.Marshal(t.Map())
+		ann[hostinfo.AnnotPhases] = string(phases)
+		ann[crmetadata.CheckpointAnnotationName] = containerName(ctr.ID(), info.Labels)
+		ann[legacyCheckpointAnnotation] = containerName(ctr.ID(), info.Labels)
+		ann[crmetadata.CheckpointAnnotationEngine] = checkpointer
+		ann[crmetadata.CheckpointAnnotationRootfsImageName] = info.Image
+		ann[crmetadata.CheckpointAnnotationRuntimeName] = "runc"
+		res.Annotations = ann
+		desc, size, err := writeImage(ctx, c, name, info.Image, archiveDir, ann, o)
+		if err != nil {
+			return err
+		}
+		res.Digest, res.Size, res.OCIArchive = desc.Digest.String(), size, o.OCIArchive
+		return nil
+	})
+	if err != nil {
+		if stopped {
+			// The engine's process ended with the dump; the checkpoint is
+			// lost with the failed packaging. Say so rather than pretend.
+			return nil, fmt.Errorf("%w; the container was stopped by the dump: restart it with 'nerdctl start %s'", err, o.Container)
+		}
+		return nil, err
+	}
+	quiesced = false // from here the image exists; resume below is not an undo
+	if o.LeaveRunning {
+		if err := t.Run("resume", func() error { return resume(ctx, root, eng, o, true, task) }); err != nil {
+			return res, fmt.Errorf("the image %s was written but the engine did not resume: %w", name, err)
+		}
+	}
+	res.Phases, res.Seconds = t.Phases, t.Map()
+	return res, nil
+}
+
+// legacyCheckpointAnnotation is what CRI-O wrote before checkpointctl's
+// lib named the annotations; older restorers look only for it.
+const legacyCheckpointAnnotation = "io.kubernetes.cri-o.annotations.checkpoint.name"
+
+func containerName(id string, labels map[string]string) string {
+	if n := labels[nerdctlNameLabel]; n != "" {
+		return n
+	}
+	return id
+}
+
+func withOptions(workPath string, exit bool) client.CheckpointTaskOpts {
+	return func(r *client.CheckpointTaskInfo) error {
+		if r.Options == nil {
+			r.Options = &options.CheckpointOptions{}
+		}
+		opts, ok := r.Options.(*options.CheckpointOptions)
+		if !ok {
+			return errors.New("the container's runtime is not runc: only io.containerd.runc.v2 can be checkpointed")
+		}
+		opts.Exit = exit
+		opts.WorkPath = workPath // dump.log and stats-dump land in the archive
+		opts.FileLocks = true
+		return nil
+	}
+}
+
+func criuLog(dir string) string {
+	p := filepath.Join(dir, crmetadata.DumpLogFile)
+	if _, err := os.Stat(p); err != nil {
+		return "none written"
+	}
+	return p + " (kept only while oci-checkpoint runs; rerun with --work-dir to keep it)"
+}
+
+func waitHealthy(ctx context.Context, eng *engine.Client, health engine.Call, timeout time.Duration) error {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var last error
+	for {
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		last = eng.Do(cctx, health)
+		ccancel()
+		if last == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the engine did not become healthy within %s: %v (wrong --port or --engine?)", timeout, last)
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func randomID() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}

@@ -1,0 +1,89 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strconv"
+	"time"
+
+	"github.com/containerd/containerd/v2/client"
+	"github.com/opencontainers/runtime-spec/specs-go"
+
+	"rekindle.local/oci-checkpoint/pkg/engine"
+	"rekindle.local/oci-checkpoint/pkg/inroot"
+)
+
+// injectHelper copies rekindle-wake into the container and starts it
+// detached. Files from an earlier checkpoint of the same container (a
+// restored one) go first, so the new helper does not wake at once.
+func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec *specs.Spec, o Options) error {
+	for _, f := range []string{WakeFile, StatusFile, WakePidFile} {
+		if err := root.Remove(f); err != nil {
+			return err
+		}
+	}
+	bin, err := os.ReadFile(o.WakeBinary)
+	if err != nil {
+		return err
+	}
+	if err := root.WriteFile(HelperPath, bin, 0o755); err != nil {
+		return err
+	}
+	args := []string{HelperPath, "start", "--engine", o.Engine.Name, "--port", strconv.Itoa(o.Engine.Port),
+		"--deadline", o.WakeDeadline.String()}
+	for _, c := range o.Engine.Resume {
+		args = append(args, "--resume", c.String())
+	}
+	if _, err := execIn(ctx, task, spec, "rekindle-wake-"+randomID(), args, 10*time.Second); err != nil {
+		return fmt.Errorf("start the wake helper: %w", err)
+	}
+	return nil
+}
+
+// WakeStatus is what the helper writes to /.rekindle/status.
+type WakeStatus struct {
+	Outcome       string  `json:"outcome"`
+	Error         string  `json:"error"`
+	ResumeSeconds float64 `json:"resume_seconds"`
+}
+
+// resume brings a quiesced engine back: through the helper (write the wake
+// file, wait for its status) when it runs, else with the profile's calls.
+func resume(ctx context.Context, root *inroot.Root, eng *engine.Client, o Options, helperUp bool, task client.Task) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.WakeDeadline)
+	defer cancel()
+	if st, err := task.Status(ctx); err != nil || st.Status != client.Running {
+		return fmt.Errorf("the container is no longer running")
+	}
+	if !helperUp {
+		for _, call := range o.Engine.Resume {
+			if _, err := eng.Retry(ctx, call); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	b, _ := json.Marshal(map[string]string{"reason": "resume in place"})
+	if err := root.WriteFile(WakeFile, b, 0o644); err != nil {
+		return err
+	}
+	for {
+		if b, err := root.ReadFile(StatusFile); err == nil {
+			var st WakeStatus
+			if err := json.Unmarshal(b, &st); err != nil {
+				return fmt.Errorf("%s: %w", StatusFile, err)
+			}
+			if st.Outcome != "resumed" {
+				return fmt.Errorf("the wake helper reports: %s", st.Error)
+			}
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the wake helper wrote no %s within %s", StatusFile, o.WakeDeadline)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,337 @@
+package checkpoint
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"time"
+
+	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/diff"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/containerd/v2/core/images/archive"
+	"github.com/containerd/containerd/v2/pkg/rootfs"
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+	"github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// NormalizeName turns an image name into the form nerdctl looks images up
+// by (docker.io/library/ added to short names, :latest to untagged ones).
+func NormalizeName(name string) (string, error) {
+	ref, err := reference.ParseDockerRef(name)
+	if err != nil {
+		return "", fmt.Errorf("image name %q: %w", name, err)
+	}
+	if _, ok := ref.(reference.Digested); ok {
+		return "", fmt.Errorf("image name %q has a digest: give a name and tag", name)
+	}
+	return ref.String(), nil
+}
+
+// writeRootfsDiff writes the container's changes to its image as
+// rootfs-diff.tar and deleted.files, through containerd's differ.
+func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Container, dir string, extra []ExtraFile) error {
+	sn := c.SnapshotService(info.Snapshotter)
+	desc, err := rootfs.CreateDiff(ctx, info.SnapshotKey, sn, c.DiffService(),
+		diff.WithMediaType(ocispec.MediaTypeImageLayer), diff.WithReference("rekindle-rootfs-diff-"+randomID()))
+	if err != nil {
+		return err
+	}
+	ra, err := c.ContentStore().ReaderAt(ctx, desc)
+	if err != nil {
+		return err
+	}
+	defer ra.Close()
+	f, err := os.Create(filepath.Join(dir, crmetadata.RootFsDiffTar))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	deleted, err := ConvertDiff(content.NewReader(ra), f, extra)
+	if err != nil {
+		return err
+	}
+	if len(deleted) > 0 {
+		if _, err := crmetadata.WriteJSONFile(deleted, dir, crmetadata.DeletedFilesFile); err != nil {
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// writeDumps writes spec.dump and config.dump.
+func writeDumps(ctx context.Context, c *client.Client, ctr client.Container, info containers.Container, dir string, at time.Time) error {
+	if info.Spec == nil {
+		return fmt.Errorf("container %s has no spec", ctr.ID())
+	}
+	if err := os.WriteFile(filepath.Join(dir, crmetadata.SpecDumpFile), info.Spec.GetValue(), 0o600); err != nil {
+		return err
+	}
+	ref, err := pinnedRef(ctx, c, info.Image)
+	if err != nil {
+		return err
+	}
+	_, err = crmetadata.WriteJSONFile(&crmetadata.ContainerConfig{
+		ID:              ctr.ID(),
+		Name:            containerName(ctr.ID(), info.Labels),
+		RootfsImage:     info.Image,
+		RootfsImageName: info.Image,
+		RootfsImageRef:  ref,
+		OCIRuntime:      info.Runtime.Name,
+		CreatedTime:     info.CreatedAt,
+		CheckpointedAt:  at,
+	}, dir, crmetadata.ConfigDumpFile)
+	return err
+}
+
+// pinnedRef is the base image as NAME@DIGEST, so a restorer can find it
+// by content whatever it is called there.
+func pinnedRef(ctx context.Context, c *client.Client, name string) (string, error) {
+	img, err := c.ImageService().Get(ctx, name)
+	if err != nil {
+		return "", fmt.Errorf("base image %s of the container: %w (it must stay in the image store while checkpointing)", name, err)
+	}
+	n, err := reference.ParseNormalizedNamed(name)
+	if err != nil {
+		return "", err
+	}
+	d, err := reference.WithDigest(reference.TrimNamed(n), img.Target.Digest)
+	if err != nil {
+		return "", err
+	}
+	return d.String(), nil
+}
+
+// writeImage packs dir into the checkpoint layer and writes the image: to
+// the image store as name, or as an OCI archive.
+func writeImage(ctx context.Context, c *client.Client, name, base, dir string, ann map[string]string, o Options) (ocispec.Descriptor, int64, error) {
+	cs := c.ContentStore()
+	layer, err := writeLayer(ctx, cs, dir, o)
+	if err != nil {
+		return ocispec.Descriptor{}, 0, fmt.Errorf("checkpoint layer: %w", err)
+	}
+	baseImg, err := c.GetImage(ctx, base)
+	if err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	var baseCfg ocispec.Image
+	cfgDesc, err := baseImg.Config(ctx)
+	if err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	b, err := content.ReadBlob(ctx, cs, cfgDesc)
+	if err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	if err := json.Unmarshal(b, &baseCfg); err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	now := time.Now().UTC()
+	// The restored container runs the checkpointed process, not this
+	// config; it keeps the base's so that `nerdctl run` builds the same
+	// spec (environment, working directory, ports) as for the original.
+	cfg := ocispec.Image{
+		Created:  &now,
+		Platform: baseCfg.Platform,
+		Config: ocispec.ImageConfig{
+			Env: baseCfg.Config.Env, Entrypoint: baseCfg.Config.Entrypoint, Cmd: baseCfg.Config.Cmd,
+			WorkingDir: baseCfg.Config.WorkingDir, ExposedPorts: baseCfg.Config.ExposedPorts,
+			User: baseCfg.Config.User, Labels: baseCfg.Config.Labels, StopSignal: baseCfg.Config.StopSignal,
+		},
+		RootFS: ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.Digest}},
+	}
+	cfgJSON, err := json.Marshal(cfg)
+	if err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	newCfg := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfgJSON), Size: int64(len(cfgJSON))}
+	if err := content.WriteBlob(ctx, cs, "rekindle-config-"+randomID(), bytes.NewReader(cfgJSON), newCfg); err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	m := ocispec.Manifest{
+		Versioned:   specs.Versioned{SchemaVersion: 2},
+		MediaType:   ocispec.MediaTypeImageManifest,
+		Config:      newCfg,
+		Layers:      []ocispec.Descriptor{layer},
+		Annotations: ann,
+	}
+	mJSON, err := json.Marshal(m)
+	if err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	mdesc := ocispec.Descriptor{MediaType: m.MediaType, Digest: digest.FromBytes(mJSON), Size: int64(len(mJSON))}
+	labels := map[string]string{
+		"containerd.io/gc.ref.content.config": newCfg.Digest.String(),
+		"containerd.io/gc.ref.content.l.0":    layer.Digest.String(),
+	}
+	if err := content.WriteBlob(ctx, cs, "rekindle-manifest-"+randomID(), bytes.NewReader(mJSON), mdesc, content.WithLabels(labels)); err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	size := layer.Size + newCfg.Size + mdesc.Size
+
+	if o.OCIArchive != "" {
+		return mdesc, size, exportArchive(ctx, c, mdesc, name, o.OCIArchive)
+	}
+	img := images.Image{Name: name, Target: mdesc, Labels: map[string]string{"org.rekindle.checkpoint": "true"}}
+	is := c.ImageService()
+	if _, err := is.Create(ctx, img); errdefs.IsAlreadyExists(err) {
+		_, err = is.Update(ctx, img)
+		if err != nil {
+			return ocispec.Descriptor{}, 0, err
+		}
+	} else if err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	return mdesc, size, nil
+}
+
+func exportArchive(ctx context.Context, c *client.Client, desc ocispec.Descriptor, name, path string) error {
+	tmp := path + ".partial"
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp)
+	if err := c.Export(ctx, f, archive.WithManifest(desc, name)); err != nil {
+		f.Close()
+		return fmt.Errorf("export to %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// writeLayer tars dir into the content store, uncompressed: CRIU's page
+// images barely compress and gzip on a few cores would cost more than the
+// bytes it saves. Progress is printed every few seconds.
+func writeLayer(ctx context.Context, cs content.Store, dir string, o Options) (ocispec.Descriptor, error) {
+	var total int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				total += fi.Size()
+			}
+		}
+		return nil
+	})
+	w, err := content.OpenWriter(ctx, cs, content.WithRef("rekindle-layer-"+randomID()))
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	defer w.Close()
+	cw := &countWriter{w: w}
+	stop := progress(o, cw, total)
+	defer stop()
+
+	tw := tar.NewWriter(cw)
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		link := ""
+		if fi.Mode()&os.ModeSymlink != 0 {
+			if link, err = os.Readlink(p); err != nil {
+				return err
+			}
+		}
+		hdr, err := tar.FileInfoHeader(fi, link)
+		if err != nil {
+			return err
+		}
+		hdr.Name = filepath.ToSlash(rel)
+		if fi.IsDir() {
+			hdr.Name += "/"
+		}
+		hdr.Uname, hdr.Gname = "", ""
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			return nil
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(tw, f)
+		return err
+	})
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	if err := tw.Close(); err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	size := cw.n.Load()
+	if err := w.Commit(ctx, size, ""); err != nil && !errdefs.IsAlreadyExists(err) {
+		return ocispec.Descriptor{}, err
+	}
+	return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: w.Digest(), Size: size}, nil
+}
+
+type countWriter struct {
+	w io.Writer
+	n atomic.Int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+func progress(o Options, cw *countWriter, total int64) func() {
+	if o.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				n := cw.n.Load()
+				fmt.Fprintf(o.Progress, "    packaged %s of %s (%s/s)\n", human(n), human(total),
+					human(int64(float64(n)/time.Since(start).Seconds())))
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+func human(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

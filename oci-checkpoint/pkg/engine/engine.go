@@ -1,0 +1,206 @@
+// Package engine describes how to quiesce and resume an inference engine:
+// the HTTP calls (or commands) of each engine profile. It is shared by
+// oci-checkpoint, which quiesces before the dump, and the rekindle-wake
+// helper, which resumes after a restore, so it imports nothing heavy.
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"strings"
+	"time"
+)
+
+// Call is one step of a profile: an HTTP request to the engine, or a
+// command run inside the container (Method "exec").
+type Call struct {
+	Method string `json:"method"`
+	Path   string `json:"path,omitempty"`
+	Body   string `json:"body,omitempty"`
+	// Hint is added to the error when the engine answers 404, to say what
+	// the engine must be started with for this call to exist.
+	Hint string `json:"-"`
+}
+
+func (c Call) String() string {
+	if c.Method == "exec" {
+		return "exec " + c.Body
+	}
+	s := c.Method + " " + c.Path
+	if c.Body != "" {
+		s += " " + c.Body
+	}
+	return s
+}
+
+// Profile is an engine's health, quiesce and resume calls.
+type Profile struct {
+	Name    string `json:"name"`
+	Port    int    `json:"port"`
+	Health  Call   `json:"health"`
+	Quiesce []Call `json:"quiesce"`
+	Resume  []Call `json:"resume"`
+}
+
+// Names lists the known profiles.
+var Names = []string{"sglang", "vllm", "generic"}
+
+const vllmHint = "start vLLM with --enable-sleep-mode and VLLM_SERVER_DEV_MODE=1 so it serves the sleep API"
+const sglangHint = "start SGLang with --enable-memory-saver so it serves the memory API"
+
+// Lookup returns the named profile. port 0 keeps the profile's default.
+// generic has no calls of its own: add them with Quiesce/Resume options.
+func Lookup(name string, port int) (Profile, error) {
+	var p Profile
+	switch name {
+	case "sglang":
+		p = Profile{Name: name, Port: 30000, Health: Call{Method: "GET", Path: "/health"},
+			Quiesce: []Call{
+				{Method: "POST", Path: "/flush_cache"},
+				{Method: "POST", Path: "/release_memory_occupation", Body: "{}", Hint: sglangHint},
+			},
+			Resume: []Call{{Method: "POST", Path: "/resume_memory_occupation", Body: "{}", Hint: sglangHint}},
+		}
+	case "vllm":
+		// Level 2 sleep drops the weights too; waking needs them reloaded
+		// (vLLM docs, "Sleep Mode": wake_up, then reload_weights).
+		p = Profile{Name: name, Port: 8000, Health: Call{Method: "GET", Path: "/health"},
+			Quiesce: []Call{
+				{Method: "POST", Path: "/reset_prefix_cache", Hint: vllmHint},
+				{Method: "POST", Path: "/sleep?level=2", Hint: vllmHint},
+			},
+			Resume: []Call{
+				{Method: "POST", Path: "/wake_up", Hint: vllmHint},
+				{Method: "POST", Path: "/collective_rpc", Body: `{"method":"reload_weights"}`, Hint: vllmHint},
+				{Method: "POST", Path: "/reset_prefix_cache", Hint: vllmHint},
+			},
+		}
+	case "generic":
+		p = Profile{Name: name, Health: Call{Method: "GET", Path: "/health"}}
+	default:
+		return p, fmt.Errorf("unknown engine %q: want one of %s", name, strings.Join(Names, ", "))
+	}
+	if port != 0 {
+		p.Port = port
+	}
+	if p.Port <= 0 || p.Port > 65535 {
+		return p, fmt.Errorf("engine %s has no port: pass --port", name)
+	}
+	return p, nil
+}
+
+// ParseCall reads "GET /path", "POST /path [BODY]" or "exec COMMAND".
+func ParseCall(s string) (Call, error) {
+	s = strings.TrimSpace(s)
+	method, rest, _ := strings.Cut(s, " ")
+	rest = strings.TrimSpace(rest)
+	switch strings.ToUpper(method) {
+	case "EXEC":
+		if rest == "" {
+			return Call{}, fmt.Errorf("call %q: exec needs a command", s)
+		}
+		return Call{Method: "exec", Body: rest}, nil
+	case "GET", "POST", "PUT", "DELETE":
+		path, body, _ := strings.Cut(rest, " ")
+		if !strings.HasPrefix(path, "/") {
+			return Call{}, fmt.Errorf("call %q: the path must start with /", s)
+		}
+		return Call{Method: strings.ToUpper(method), Path: path, Body: strings.TrimSpace(body)}, nil
+	}
+	return Call{}, fmt.Errorf("call %q: want 'GET /path', 'POST /path [JSON]' or 'exec COMMAND'", s)
+}
+
+// StatusError is an HTTP answer other than 2xx.
+type StatusError struct {
+	Call   Call
+	Code   int
+	Answer string
+}
+
+func (e *StatusError) Error() string {
+	msg := fmt.Sprintf("%s answered %d", e.Call, e.Code)
+	if e.Answer != "" {
+		msg += ": " + e.Answer
+	}
+	if e.Code == http.StatusNotFound && e.Call.Hint != "" {
+		msg += " (the endpoint is missing: " + e.Call.Hint + ")"
+	}
+	return msg
+}
+
+// Client runs calls against one engine.
+type Client struct {
+	HTTP *http.Client
+	Base string // e.g. http://127.0.0.1:30000
+	// Exec runs a command call; nil runs it here with /bin/sh -c.
+	Exec func(ctx context.Context, command string) error
+}
+
+// Do runs one call once.
+func (c *Client) Do(ctx context.Context, call Call) error {
+	if call.Method == "exec" {
+		if c.Exec != nil {
+			return c.Exec(ctx, call.Body)
+		}
+		out, err := exec.CommandContext(ctx, "/bin/sh", "-c", call.Body).CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("%s: %w: %s", call, err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	var body io.Reader
+	if call.Body != "" {
+		body = strings.NewReader(call.Body)
+	}
+	req, err := http.NewRequestWithContext(ctx, call.Method, c.Base+call.Path, body)
+	if err != nil {
+		return err
+	}
+	if call.Body != "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", call, err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	if resp.StatusCode/100 != 2 {
+		return &StatusError{Call: call, Code: resp.StatusCode, Answer: strings.TrimSpace(string(answer))}
+	}
+	return nil
+}
+
+// Retry runs call until it succeeds or ctx ends, backing off from 50 ms to
+// 2 s. An HTTP answer of 404 or 405 is final: retrying will not add the
+// endpoint. It returns the attempts made.
+func (c *Client) Retry(ctx context.Context, call Call) (int, error) {
+	wait := 50 * time.Millisecond
+	for n := 1; ; n++ {
+		err := c.Do(ctx, call)
+		if err == nil {
+			return n, nil
+		}
+		var se *StatusError
+		if errors.As(err, &se) && (se.Code == http.StatusNotFound || se.Code == http.StatusMethodNotAllowed) {
+			return n, err
+		}
+		select {
+		case <-ctx.Done():
+			return n, fmt.Errorf("%w (gave up after %d attempts: %v)", err, n, ctx.Err())
+		case <-time.After(wait):
+		}
+		if wait *= 2; wait > 2*time.Second {
+			wait = 2 * time.Second
+		}
+	}
+}

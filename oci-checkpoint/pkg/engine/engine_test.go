@@ -1,0 +1,113 @@
+package engine
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+func TestParseCall(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Call
+		err  string
+	}{
+		{in: "GET /health", want: Call{Method: "GET", Path: "/health"}},
+		{in: "post /sleep?level=2", want: Call{Method: "POST", Path: "/sleep?level=2"}},
+		{in: `POST /collective_rpc {"method": "reload_weights"}`, want: Call{Method: "POST", Path: "/collective_rpc", Body: `{"method": "reload_weights"}`}},
+		{in: "exec kill -USR1 1", want: Call{Method: "exec", Body: "kill -USR1 1"}},
+		{in: "exec", err: "needs a command"},
+		{in: "POST sleep", err: "must start with /"},
+		{in: "FETCH /x", err: "want 'GET /path'"},
+	} {
+		got, err := ParseCall(tc.in)
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("ParseCall(%q) error %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil || got.Method != tc.want.Method || got.Path != tc.want.Path || got.Body != tc.want.Body {
+			t.Errorf("ParseCall(%q) = %+v, %v; want %+v", tc.in, got, err, tc.want)
+		}
+		// String round-trips.
+		if again, _ := ParseCall(got.String()); again.String() != got.String() {
+			t.Errorf("%q does not round-trip: %q", got.String(), again.String())
+		}
+	}
+}
+
+func TestLookup(t *testing.T) {
+	p, err := Lookup("sglang", 0)
+	if err != nil || p.Port != 30000 || p.Quiesce[len(p.Quiesce)-1].Path != "/release_memory_occupation" || p.Resume[0].Path != "/resume_memory_occupation" {
+		t.Errorf("sglang: %+v %v", p, err)
+	}
+	if p, _ := Lookup("vllm", 9000); p.Port != 9000 || p.Quiesce[len(p.Quiesce)-1].Path != "/sleep?level=2" {
+		t.Errorf("vllm with a port: %+v", p)
+	}
+	if _, err := Lookup("generic", 0); err == nil || !strings.Contains(err.Error(), "--port") {
+		t.Errorf("generic without a port: %v", err)
+	}
+	if _, err := Lookup("tgi", 0); err == nil || !strings.Contains(err.Error(), "sglang, vllm, generic") {
+		t.Errorf("unknown engine: %v", err)
+	}
+}
+
+func TestDoNamesMissingEndpoint(t *testing.T) {
+	srv := httptest.NewServer(http.NotFoundHandler())
+	defer srv.Close()
+	p, _ := Lookup("vllm", 1)
+	c := &Client{Base: srv.URL}
+	err := c.Do(context.Background(), p.Quiesce[1])
+	if err == nil || !strings.Contains(err.Error(), "answered 404") || !strings.Contains(err.Error(), "VLLM_SERVER_DEV_MODE=1") {
+		t.Errorf("404 on /sleep: %v", err)
+	}
+	// A missing endpoint is final: no retries.
+	n, err := c.Retry(context.Background(), p.Quiesce[1])
+	if err == nil || n != 1 {
+		t.Errorf("Retry on 404: %d attempts, %v", n, err)
+	}
+}
+
+func TestRetryUntilUp(t *testing.T) {
+	var calls atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != "POST" || r.URL.Path != "/resume_memory_occupation" || r.Header.Get("Content-Type") != "application/json" {
+			http.Error(w, "bad request", 400)
+			return
+		}
+		if calls.Add(1) < 3 {
+			http.Error(w, "not yet", http.StatusServiceUnavailable)
+			return
+		}
+	}))
+	defer srv.Close()
+	p, _ := Lookup("sglang", 0)
+	c := &Client{Base: srv.URL}
+	n, err := c.Retry(context.Background(), p.Resume[0])
+	if err != nil || n != 3 {
+		t.Errorf("Retry: %d attempts, %v; want 3, nil", n, err)
+	}
+	// A deadline ends the retries with the last error.
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	c.Base = "http://127.0.0.1:1"
+	if _, err := c.Retry(ctx, p.Resume[0]); err == nil || !strings.Contains(err.Error(), "gave up after") {
+		t.Errorf("Retry past its deadline: %v", err)
+	}
+}
+
+func TestExecCall(t *testing.T) {
+	c := &Client{}
+	if err := c.Do(context.Background(), Call{Method: "exec", Body: "exit 0"}); err != nil {
+		t.Error(err)
+	}
+	err := c.Do(context.Background(), Call{Method: "exec", Body: "echo nope >&2; exit 3"})
+	if err == nil || !strings.Contains(err.Error(), "nope") {
+		t.Errorf("failing exec: %v", err)
+	}
+}

@@ -1,0 +1,145 @@
+package hostinfo
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Annotation keys Rekindle adds to a checkpoint image's manifest. Other
+// runtimes ignore them; oci-checkpoint check reads them to refuse a host
+// before any layer is pulled.
+const (
+	Prefix           = "org.rekindle."
+	AnnotFormat      = Prefix + "format"
+	AnnotEngine      = Prefix + "engine"
+	AnnotEnginePort  = Prefix + "engine.port"
+	AnnotCreated     = Prefix + "checkpoint.created"
+	AnnotPhases      = Prefix + "checkpoint.phases"
+	AnnotSourceImage = Prefix + "checkpoint.base-image"
+	AnnotCPUVendor   = Prefix + "cpu.vendor"
+	AnnotCPUModel    = Prefix + "cpu.model"
+	AnnotCPUFlags    = Prefix + "cpu.flags"
+	AnnotKernel      = Prefix + "kernel"
+	AnnotCRIU        = Prefix + "criu.version"
+	AnnotDriver      = Prefix + "nvidia.driver"
+	AnnotCUDA        = Prefix + "cuda.version"
+	AnnotGPUCount    = Prefix + "gpu.count"
+	AnnotGPUModel    = Prefix + "gpu.model"
+	AnnotGPUUUIDs    = Prefix + "gpu.uuids"
+
+	// FormatVersion changes when the image layout changes incompatibly.
+	FormatVersion = "1"
+)
+
+// Annotations returns h as annotations; gpus are the GPUs the
+// checkpointed container saw (not all of the host's).
+func (h Host) Annotations(gpus []GPU) map[string]string {
+	a := map[string]string{
+		AnnotCPUVendor: h.CPUVendor,
+		AnnotCPUModel:  h.CPUModel,
+		AnnotCPUFlags:  strings.Join(h.CPUFlags, ","),
+		AnnotKernel:    h.Kernel,
+		AnnotCRIU:      h.CRIU,
+		AnnotGPUCount:  strconv.Itoa(len(gpus)),
+	}
+	if len(gpus) > 0 {
+		a[AnnotDriver] = h.Driver
+		a[AnnotCUDA] = h.CUDA
+		a[AnnotGPUModel] = gpus[0].Model
+		var ids []string
+		for _, g := range gpus {
+			ids = append(ids, g.UUID)
+		}
+		a[AnnotGPUUUIDs] = strings.Join(ids, ",")
+	}
+	for k, v := range a {
+		if v == "" {
+			delete(a, k)
+		}
+	}
+	return a
+}
+
+// Problem is one reason this host cannot restore a checkpoint.
+type Problem struct {
+	What string // cpu, criu, driver, gpu
+	Msg  string
+}
+
+func (p Problem) String() string { return p.What + ": " + p.Msg }
+
+// Check compares the facts a checkpoint recorded (its annotations) with
+// this host. It returns the problems (a restore would fail) and notes
+// (worth saying, not fatal).
+func Check(a map[string]string, here Host) (problems []Problem, notes []string) {
+	if f := a[AnnotFormat]; f != "" && f != FormatVersion {
+		problems = append(problems, Problem{"format", fmt.Sprintf("the image has Rekindle format %s, this oci-checkpoint reads %s: upgrade it", f, FormatVersion)})
+	}
+	if v := a[AnnotCPUVendor]; v != "" && here.CPUVendor != "" && v != here.CPUVendor {
+		problems = append(problems, Problem{"cpu", fmt.Sprintf("checkpointed on a %s CPU (%s), this host has %s (%s): restore on a host with a %s CPU", v, a[AnnotCPUModel], here.CPUVendor, here.CPUModel, v)})
+	}
+	if fl := a[AnnotCPUFlags]; fl != "" {
+		have := map[string]bool{}
+		for _, f := range here.CPUFlags {
+			have[f] = true
+		}
+		var missing []string
+		for _, f := range strings.Split(fl, ",") {
+			if f != "" && !have[f] {
+				missing = append(missing, f)
+			}
+		}
+		if len(missing) > 0 {
+			problems = append(problems, Problem{"cpu", fmt.Sprintf("this host's CPU (%s) lacks %s, which the CPU it was checkpointed on (%s) has and the restored process may use: restore on a host whose CPU has them, or checkpoint on the oldest CPU of the fleet", here.CPUModel, strings.Join(missing, ", "), a[AnnotCPUModel])})
+		}
+	}
+	if v := a[AnnotCRIU]; v != "" {
+		switch {
+		case here.CRIU == "":
+			problems = append(problems, Problem{"criu", "criu is not on PATH: install the Rekindle stack (make install)"})
+		case VersionLess(here.CRIU, v):
+			problems = append(problems, Problem{"criu", fmt.Sprintf("CRIU %s here is older than %s, which made the checkpoint: upgrade CRIU", here.CRIU, v)})
+		}
+	}
+	n, _ := strconv.Atoi(a[AnnotGPUCount])
+	if n > 0 {
+		switch {
+		case len(here.GPUs) == 0:
+			problems = append(problems, Problem{"gpu", fmt.Sprintf("the checkpoint holds CUDA state for %d GPU(s) (%s) and this host has no NVIDIA GPU", n, a[AnnotGPUModel])})
+		case len(here.GPUs) < n:
+			problems = append(problems, Problem{"gpu", fmt.Sprintf("the checkpoint needs %d GPUs, this host has %d", n, len(here.GPUs))})
+		}
+		if m := a[AnnotGPUModel]; m != "" && len(here.GPUs) > 0 && here.GPUs[0].Model != m {
+			problems = append(problems, Problem{"gpu", fmt.Sprintf("checkpointed on %s, this host has %s: CUDA state restores only onto the same GPU model", m, here.GPUs[0].Model)})
+		}
+		if d := a[AnnotDriver]; d != "" && here.Driver != "" && VersionLess(here.Driver, d) {
+			problems = append(problems, Problem{"driver", fmt.Sprintf("NVIDIA driver %s here is older than %s, which made the checkpoint: upgrade the driver", here.Driver, d)})
+		}
+		if d := a[AnnotDriver]; d != "" && here.Driver != "" && d != here.Driver && !VersionLess(here.Driver, d) {
+			notes = append(notes, fmt.Sprintf("NVIDIA driver %s here, %s at checkpoint", here.Driver, d))
+		}
+	}
+	if k := a[AnnotKernel]; k != "" && k != here.Kernel {
+		notes = append(notes, fmt.Sprintf("kernel %s here, %s at checkpoint", here.Kernel, k))
+	}
+	return problems, notes
+}
+
+// VersionLess compares dotted numeric versions: 4.1.1 < 4.2, 580.9 < 580.10.
+func VersionLess(a, b string) bool {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) || i < len(bs); i++ {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		if x != y {
+			return x < y
+		}
+	}
+	return false
+}

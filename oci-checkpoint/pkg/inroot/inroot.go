@@ -1,0 +1,183 @@
+// Package inroot reads and writes files inside a running container's root
+// filesystem from the host, through /proc/PID/root, without following a
+// symlink the container planted out of its root (openat2 RESOLVE_IN_ROOT).
+package inroot
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"golang.org/x/sys/unix"
+)
+
+// Root is a container's root directory, opened once.
+type Root struct {
+	fd   int
+	Path string // for messages
+}
+
+// Open opens dir (e.g. /proc/PID/root) as a root.
+func Open(dir string) (*Root, error) {
+	fd, err := unix.Open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open container root %s: %w", dir, err)
+	}
+	return &Root{fd: fd, Path: dir}, nil
+}
+
+// Close releases the root.
+func (r *Root) Close() error { return unix.Close(r.fd) }
+
+func (r *Root) open(name string, flags uint64, mode uint64) (*os.File, error) {
+	fd, err := unix.Openat2(r.fd, name, &unix.OpenHow{
+		Flags:   flags | unix.O_CLOEXEC,
+		Mode:    mode,
+		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: filepath.Join(r.Path, name), Err: err}
+	}
+	return os.NewFile(uintptr(fd), filepath.Join(r.Path, name)), nil
+}
+
+// MkdirAll creates dir (relative to the root) and its parents.
+func (r *Root) MkdirAll(dir string, mode os.FileMode) error {
+	dir = filepath.Clean("/" + dir)
+	if dir == "/" {
+		return nil
+	}
+	if err := r.MkdirAll(filepath.Dir(dir), mode); err != nil {
+		return err
+	}
+	parent, err := r.open(filepath.Dir(dir), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer parent.Close()
+	err = unix.Mkdirat(int(parent.Fd()), filepath.Base(dir), uint32(mode.Perm()))
+	if err != nil && !errors.Is(err, unix.EEXIST) {
+		if errors.Is(err, unix.EROFS) {
+			return fmt.Errorf("create %s in the container: its root filesystem is read-only", dir)
+		}
+		return &os.PathError{Op: "mkdir", Path: filepath.Join(r.Path, dir), Err: err}
+	}
+	return nil
+}
+
+// WriteFile writes name atomically: a temporary file beside it, renamed.
+func (r *Root) WriteFile(name string, data []byte, mode os.FileMode) error {
+	name = filepath.Clean("/" + name)
+	if err := r.MkdirAll(filepath.Dir(name), 0o755); err != nil {
+		return err
+	}
+	tmp := name + ".tmp"
+	f, err := r.open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, uint64(mode.Perm()))
+	if err != nil {
+		if errors.Is(err, unix.EROFS) {
+			return fmt.Errorf("write %s in the container: its root filesystem is read-only", name)
+		}
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Chmod(mode.Perm()); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return r.rename(tmp, name)
+}
+
+func (r *Root) rename(from, to string) error {
+	dir, err := r.open(filepath.Dir(to), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	if err := unix.Renameat(int(dir.Fd()), filepath.Base(from), int(dir.Fd()), filepath.Base(to)); err != nil {
+		return &os.PathError{Op: "rename", Path: filepath.Join(r.Path, to), Err: err}
+	}
+	return nil
+}
+
+// ReadFile reads name.
+func (r *Root) ReadFile(name string) ([]byte, error) {
+	f, err := r.open(filepath.Clean("/"+name), unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", f.Name())
+	}
+	buf := make([]byte, 0, st.Size())
+	for {
+		if len(buf) == cap(buf) {
+			buf = append(buf, 0)[:len(buf)]
+		}
+		n, err := f.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if err != nil || n == 0 {
+			return buf, nil
+		}
+	}
+}
+
+// Remove removes name; a missing name is not an error.
+func (r *Root) Remove(name string) error {
+	name = filepath.Clean("/" + name)
+	dir, err := r.open(filepath.Dir(name), unix.O_PATH|unix.O_DIRECTORY, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	err = unix.Unlinkat(int(dir.Fd()), filepath.Base(name), 0)
+	if err != nil && !errors.Is(err, unix.ENOENT) {
+		return &os.PathError{Op: "remove", Path: filepath.Join(r.Path, name), Err: err}
+	}
+	return nil
+}
+
+// CharDevices returns the device numbers of the character devices in dir
+// whose names match the glob pattern, keyed by name. Symlinks are skipped.
+func (r *Root) CharDevices(dir, pattern string) (map[string]uint64, error) {
+	d, err := r.open(filepath.Clean("/"+dir), unix.O_RDONLY|unix.O_DIRECTORY, 0)
+	if errors.Is(err, unix.ENOENT) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]uint64{}
+	for _, n := range names {
+		if ok, _ := filepath.Match(pattern, n); !ok {
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(d.Fd()), n, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			continue
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFCHR {
+			out[n] = st.Rdev
+		}
+	}
+	return out, nil
+}
