@@ -39,15 +39,10 @@ func TestReadFromProc(t *testing.T) {
 	fakeProc(t, map[string]string{
 		"cpuinfo": "processor\t: 0\nvendor_id\t: GenuineIntel\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\n" +
 			"flags\t\t: fpu sse4_2 avx avx2 avx512f amx_tile junk\n\nprocessor\t: 1\nvendor_id\t: Other\n",
-		"driver/nvidia/version": "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Oct 14 2025\nGCC version: gcc\n",
-		"driver/nvidia/gpus/0000:1a:00.0/information": strings.NewReplacer("%s", "").Replace(gpuInfo),
+		"driver/nvidia/version":                       "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue Oct 14 2025\nGCC version: gcc\n",
+		"driver/nvidia/gpus/0000:1a:00.0/information": sprintf(gpuInfo, "GPU-11111111-2222-3333-4444-555555555555", "1", "0000:1a:00.0"),
+		"driver/nvidia/gpus/0000:0f:00.0/information": sprintf(gpuInfo, "GPU-aaaaaaaa-2222-3333-4444-555555555555", "0", "0000:0f:00.0"),
 	})
-	// A file whose values are filled in properly.
-	os.WriteFile(filepath.Join(Proc, "driver/nvidia/gpus/0000:1a:00.0/information"),
-		[]byte(sprintf(gpuInfo, "GPU-11111111-2222-3333-4444-555555555555", "1", "0000:1a:00.0")), 0o644)
-	os.MkdirAll(filepath.Join(Proc, "driver/nvidia/gpus/0000:0f:00.0"), 0o755)
-	os.WriteFile(filepath.Join(Proc, "driver/nvidia/gpus/0000:0f:00.0/information"),
-		[]byte(sprintf(gpuInfo, "GPU-aaaaaaaa-2222-3333-4444-555555555555", "0", "0000:0f:00.0")), 0o644)
 
 	h := Read()
 	if h.CPUVendor != "GenuineIntel" || !strings.Contains(h.CPUModel, "8480") {
