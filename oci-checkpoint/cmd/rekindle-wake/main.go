@@ -17,12 +17,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"rekindle.local/oci-checkpoint/pkg/engine"
 )
@@ -43,6 +46,7 @@ type Status struct {
 	WokeAt         time.Time    `json:"woke_at"`
 	DoneAt         time.Time    `json:"done_at"`
 	ResumeSeconds  float64      `json:"resume_seconds"`
+	Loopback       string       `json:"loopback"`
 	Calls          []CallResult `json:"calls"`
 }
 
@@ -140,7 +144,7 @@ func wait(p engine.Profile, poll, deadline time.Duration) {
 	for syscall.Stat(wakeFile, &st) != nil {
 		time.Sleep(poll)
 	}
-	s := Status{Engine: p.Name, WokeAt: time.Now()}
+	s := Status{Engine: p.Name, WokeAt: time.Now(), Loopback: loopbackUp()}
 	var marker struct {
 		CheckpointedAt string `json:"checkpointed_at"`
 	}
@@ -151,7 +155,8 @@ func wait(p engine.Profile, poll, deadline time.Duration) {
 	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	defer cancel()
 	c := &engine.Client{
-		HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil}},
+		HTTP: &http.Client{Transport: &http.Transport{DisableKeepAlives: true, Proxy: nil,
+			DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}},
 		Base: fmt.Sprintf("http://127.0.0.1:%d", p.Port),
 	}
 	s.Outcome = "resumed"
@@ -187,4 +192,33 @@ func wait(p engine.Profile, poll, deadline time.Duration) {
 	if s.Outcome != "resumed" {
 		os.Exit(1)
 	}
+}
+
+// loopbackUp brings the container's lo up. runc restores a container into
+// a new network namespace without CRIU restoring its interfaces (the CNI
+// hook configures eth0 again) and, unlike at start, does not bring lo up,
+// so engines and this helper would find 127.0.0.1 unreachable. oci-checkpoint
+// gives the helper CAP_NET_ADMIN for this one call.
+func loopbackUp() string {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq("lo")
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return "error: " + err.Error()
+	}
+	flags := ifr.Uint16()
+	if flags&unix.IFF_UP != 0 {
+		return "up"
+	}
+	ifr.SetUint16(flags | unix.IFF_UP)
+	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
+		return "error: " + err.Error()
+	}
+	return "brought up"
 }

@@ -74,11 +74,20 @@ func NetnsHTTP(pid uint32) *http.Client {
 
 // execIn runs args in the task's container as root, waits for it and
 // returns its combined output.
-func execIn(ctx context.Context, task client.Task, spec *specs.Spec, id string, args []string, timeout time.Duration) (string, error) {
+func execIn(ctx context.Context, task client.Task, spec *specs.Spec, id string, args []string, timeout time.Duration, caps ...string) (string, error) {
 	p := *spec.Process
 	p.Args = args
 	p.Terminal = false
 	p.User = specs.User{UID: 0, GID: 0}
+	if len(caps) > 0 {
+		c := specs.LinuxCapabilities{}
+		if p.Capabilities != nil {
+			c = *p.Capabilities
+		}
+		add := func(set []string) []string { return append(append([]string(nil), set...), caps...) }
+		c.Bounding, c.Effective, c.Permitted = add(c.Bounding), add(c.Effective), add(c.Permitted)
+		p.Capabilities = &c
+	}
 	var out bytes.Buffer
 	proc, err := task.Exec(ctx, id, &p, cio.NewCreator(cio.WithStreams(nil, &out, &out)))
 	if err != nil {

@@ -36,7 +36,7 @@ func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec
 	for _, c := range o.Engine.Resume {
 		args = append(args, "--resume", c.String())
 	}
-	if _, err := execIn(ctx, task, spec, "rekindle-wake-"+randomID(), args, 10*time.Second); err != nil {
+	if _, err := execIn(ctx, task, spec, "rekindle-wake-"+randomID(), args, 10*time.Second, "CAP_NET_ADMIN"); err != nil {
 		return fmt.Errorf("start the wake helper: %w", err)
 	}
 	return nil

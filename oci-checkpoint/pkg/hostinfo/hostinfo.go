@@ -108,8 +108,15 @@ func cpu(path string) (vendor, model string, flags []string) {
 
 var criuVersionRe = regexp.MustCompile(`Version:\s*([0-9][0-9.]*)`)
 
+// criuVersion asks the criu on PATH, else the one installed beside this
+// program (the stack's bin directory).
 func criuVersion() string {
-	out, err := exec.Command("criu", "--version").Output()
+	bin, err := exec.LookPath("criu")
+	if err != nil {
+		self, _ := os.Executable()
+		bin = filepath.Join(filepath.Dir(self), "criu")
+	}
+	out, err := exec.Command(bin, "--version").Output()
 	if err != nil {
 		return ""
 	}
