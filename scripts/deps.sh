@@ -14,6 +14,8 @@ pkgs=(
 	# run and test
 	iptables iproute2 kmod containernetworking-plugins bats skopeo docker-registry
 	debootstrap umoci python3 python3-pytest psmisc
+	# provisioning (ansible/) and its tests: playbook, linter, systemd-analyze
+	ansible-core ansible-lint systemd
 )
 missing=()
 for p in "${pkgs[@]}"; do
