@@ -1,0 +1,269 @@
+#!/usr/bin/env bats
+# oci-checkpoint: a running engine becomes a checkpoint image that travels
+# through a registry and restores with a plain `nerdctl run`, woken by the
+# injected helper; inspect and check read it; bad input leaves nothing.
+
+load helpers
+
+PROMPT='{"text": "the quick brown fox", "max_new_tokens": 16}'
+
+setup_file() {
+	grep -q "checkpoint cache hit" "$BIN/containerd" ||
+		skip "$BIN/containerd is not built with containerd-patches/ (run 'make build')"
+	[ -x "$BIN/oci-checkpoint" ] || skip "$BIN/oci-checkpoint is not built (run 'make build')"
+	stack_up
+	load_image base
+	load_image cpu-engine
+	export CONTAINERD_ADDRESS=$RK_DIR/containerd.sock
+	registry_up
+}
+
+teardown_file() {
+	[ -n "${REGISTRY_PID:-}" ] && kill "$REGISTRY_PID" 2>/dev/null
+	stack_down
+}
+
+# registry_up: Debian's docker-registry on a loopback port, storage in the
+# file's temp dir.
+registry_up() {
+	command -v docker-registry >/dev/null || skip "docker-registry is not installed (make deps)"
+	export REGISTRY_PORT
+	REGISTRY_PORT=$(free_port)
+	export REGISTRY_DIR=$BATS_FILE_TMPDIR/registry
+	mkdir -p "$REGISTRY_DIR"
+	cat >"$BATS_FILE_TMPDIR/registry.yml" <<-EOF
+		version: 0.1
+		log:
+		  level: warn
+		storage:
+		  filesystem:
+		    rootdirectory: $REGISTRY_DIR
+		  delete:
+		    enabled: true
+		http:
+		  addr: 127.0.0.1:$REGISTRY_PORT
+	EOF
+	docker-registry serve "$BATS_FILE_TMPDIR/registry.yml" >"$BATS_FILE_TMPDIR/registry.log" 2>&1 3>&- &
+	export REGISTRY_PID=$!
+	wait_for "the registry on port $REGISTRY_PORT" 30 curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/"
+}
+
+ocicp() {
+	local expect=0
+	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
+	run_cmd "$expect" "$BIN/oci-checkpoint" "$@"
+}
+
+# status_of NAME: the wake helper's /.rekindle/status in container NAME.
+status_of() {
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" cat /.rekindle/status 2>/dev/null
+}
+
+# no_container NAME: nerdctl knows no container NAME.
+no_container() {
+	run_nerdctl ps -a --format '{{.Names}}'
+	! grep -qx "$1" <<<"$output"
+}
+
+@test "a checkpoint image goes through a registry and nerdctl run resumes it" {
+	local port reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:engine
+	port=$(free_port)
+	start_engine src "$port"
+	local before pid0 start0 c0
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	pid0=$(state_of "$port" pid)
+	start0=$(state_of "$port" start_time)
+	c0=$(state_of "$port" counter)
+
+	ocicp create --json src "$reg"
+	local json=${output#*$'\n{'}
+	json="{${json}"
+	for p in health quiesce inject-helper record dump package; do
+		[[ $output == *"==> $p done in "* ]] || die "no time printed for phase $p"
+	done
+	is "$(jq -r .image <<<"$json")" "$reg" "image name in --json"
+	is "$(jq -r '.gpus | length' <<<"$json")" "0" "GPUs recorded on a CPU host"
+	run_nerdctl inspect -f '{{.State.Status}}' src
+	is "${lines[-1]}" "exited" "the dump stopped the engine container"
+
+	run_nerdctl push --insecure-registry "$reg"
+	run_nerdctl rm -f src
+	run_nerdctl rmi "$reg"
+	run_nerdctl pull --insecure-registry "$reg"
+
+	port=$(free_port)
+	run_nerdctl run -d --name dst -p "127.0.0.1:$port:30000" "$reg"
+	wait_for "the wake helper's status" 30 status_of dst
+	local status
+	status=$(status_of dst)
+	is "$(jq -r .outcome <<<"$status")" "resumed" "helper outcome in /.rekindle/status"
+	is "$(jq -r '.calls[0].call' <<<"$status")" "POST /resume_memory_occupation {}" "resume call"
+	is "$(state_of "$port" loaded)" "true" "weights reloaded by the helper"
+	is "$(state_of "$port" pid)" "$pid0" "same engine process"
+	is "$(state_of "$port" start_time)" "$start0" "restored, not restarted"
+	[ "$(state_of "$port" counter)" -ge "$c0" ] || die "counter went back"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after restore"
+	is "$(state_of "$port" loaded_sha256)" "$(state_of "$port" weights_sha256)" "weights checksum"
+	run_nerdctl logs dst
+	[[ $output == *"rekindle-wake: engine sglang resumed in"* ]] || die "the helper's outcome is not in the container's log"
+	grep -q "restored from checkpoint image $reg: container-setup=" "$RK_DIR/containerd.log" ||
+		die "containerd logged no restore phase times"
+	run_nerdctl rm -f dst
+}
+
+@test "inspect and check read the manifest, locally and from the registry" {
+	local port reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:inspect
+	port=$(free_port)
+	start_engine isrc "$port"
+	ocicp create isrc "$reg"
+	run_nerdctl push --insecure-registry "$reg"
+	run_nerdctl rm -f isrc
+
+	ocicp inspect --json "$reg"
+	is "$(jq -r .local <<<"$output")" "true" "found locally"
+	is "$(jq -r .engine <<<"$output")" "sglang" "engine"
+	is "$(jq -r .base_image <<<"$output")" "$ENGINE_IMAGE" "base image"
+	is "$(jq -r .restorable_here <<<"$output")" "true" "restorable on the host that made it"
+	jq -e '.phases.dump > 0' <<<"$output" >/dev/null || die "no dump time in the annotations"
+	jq -e '.annotations["org.rekindle.criu.version"] | test("^[0-9]+[.]")' <<<"$output" >/dev/null ||
+		die "no CRIU version recorded"
+	grep -q "$(jq -r '.annotations["org.rekindle.cpu.model"]' <<<"$output")" /proc/cpuinfo ||
+		die "recorded CPU model is not this host's"
+
+	# Not in the local store: only the manifest comes from the registry.
+	run_nerdctl rmi "$reg"
+	ocicp check "$reg"
+	is "${lines[-1]}" "$reg: this host can restore it" "check against the registry"
+	run_nerdctl images --format '{{.Repository}}:{{.Tag}}'
+	[[ $output != *"rekindle/ckpt:inspect"* ]] || die "check pulled the image"
+}
+
+@test "checkpointctl inspects the checkpoint archive" {
+	local port image=rekindle.local/ckpt:interop layer
+	port=$(free_port)
+	start_engine csrc "$port"
+	ocicp create csrc "$image"
+	run_nerdctl rm -f csrc
+	run_nerdctl image inspect --mode native "$image"
+	local manifest
+	manifest=$(jq -r '.[0].Image.Target.digest' <<<"$output")
+	layer=$("$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default content get "$manifest" | jq -r '.layers[0].digest')
+	"$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default content get "$layer" >"$BATS_TEST_TMPDIR/checkpoint.tar"
+
+	run_cmd "$BIN/checkpointctl" show "$BATS_TEST_TMPDIR/checkpoint.tar"
+	[[ $output == *csrc* ]] || die "checkpointctl show does not name the container"
+	run_cmd "$BIN/checkpointctl" inspect --format json "$BATS_TEST_TMPDIR/checkpoint.tar"
+	jq -e . <<<"$output" >/dev/null || die "checkpointctl inspect printed no JSON"
+}
+
+@test "a failing quiesce call: create refuses, the engine keeps serving, no image" {
+	local port image=rekindle.local/ckpt:refused
+	port=$(free_port)
+	start_engine qsrc "$port"
+	ocicp 1 create --engine generic --port 30000 \
+		--quiesce 'POST /flush_cache' --quiesce 'POST /no_such_endpoint' \
+		--resume 'POST /resume_memory_occupation' qsrc "$image"
+	[[ $output == *"quiesce: POST /no_such_endpoint answered 404"* ]] || die "error does not name the failing call"
+	[[ $output == *"the engine is left running"* ]] || die "error does not say the engine runs"
+	run_nerdctl inspect -f '{{.State.Status}}' qsrc
+	is "${lines[-1]}" "running" "engine container after the refused checkpoint"
+	is "$(state_of "$port" loaded)" "true" "weights still loaded"
+	engine POST "$port" /generate "$PROMPT" >/dev/null || die "engine stopped serving"
+	run_nerdctl 1 image inspect "$image"
+
+	# vLLM's sleep endpoint is absent unless the server runs in dev mode:
+	# the error says how to start it.
+	ocicp 1 create --engine vllm --port 30000 qsrc "$image"
+	[[ $output == *"VLLM_SERVER_DEV_MODE=1"* ]] || die "missing /sleep endpoint not explained"
+	run_nerdctl rm -f qsrc
+}
+
+@test "a failure after the quiesce resumes the engine and leaves no image" {
+	local port image=rekindle.local/ckpt:half
+	port=$(free_port)
+	start_engine hsrc "$port"
+	# A work dir that cannot be created fails the dump phase, after the
+	# engine was quiesced and the helper injected.
+	ocicp 1 create --work-dir /proc/no-such-dir hsrc "$image"
+	[[ $output == *"the engine was resumed and is running"* ]] || die "error does not say the engine was resumed"
+	is "$(state_of "$port" loaded)" "true" "weights reloaded after the failed checkpoint"
+	engine POST "$port" /generate "$PROMPT" >/dev/null || die "engine stopped serving"
+	run_nerdctl 1 image inspect "$image"
+	run_nerdctl rm -f hsrc
+}
+
+@test "bad input: unknown container, bad image name, generic without calls" {
+	ocicp 1 create nosuch rekindle.local/x:1
+	[[ $output == *'no container "nosuch"'* ]] || die "unknown container not named"
+	ocicp 2 create --engine generic --port 1 nosuch rekindle.local/x:1
+	[[ $output == *"needs --quiesce and --resume"* ]] || die "generic without calls not explained"
+	ocicp 1 create nosuch 'Bad Name'
+	[[ $output == *'image name "Bad Name"'* ]] || die "bad image name not named"
+	ocicp 1 --address /nonexistent.sock inspect x
+	[[ $output == *"no containerd socket at /nonexistent.sock"* ]] || die "missing socket not explained"
+}
+
+@test "check refuses an image that needs a CPU flag this host lacks" {
+	local port image=rekindle.local/ckpt:cpu crafted=rekindle.local/ckpt:needs-avx9000
+	port=$(free_port)
+	start_engine fsrc "$port"
+	ocicp create fsrc "$image"
+	run_nerdctl rm -f fsrc
+	run_nerdctl save -o "$BATS_TEST_TMPDIR/img.tar" "$image"
+	python3 - "$BATS_TEST_TMPDIR/img.tar" "$BATS_TEST_TMPDIR/crafted.tar" "$crafted" <<-'PY'
+		import hashlib, io, json, sys, tarfile
+		src, dst, name = sys.argv[1:4]
+		t = tarfile.open(src)
+		files = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
+		idx = json.loads(files["index.json"])
+		desc = idx["manifests"][0]
+		man = json.loads(files["blobs/sha256/" + desc["digest"].split(":")[1]])
+		ann = man["annotations"]
+		ann["org.rekindle.cpu.flags"] += ",avx9000"
+		b = json.dumps(man).encode()
+		d = hashlib.sha256(b).hexdigest()
+		files["blobs/sha256/" + d] = b
+		desc.update(digest="sha256:" + d, size=len(b))
+		desc["annotations"] = {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}
+		idx["manifests"] = [desc]
+		files["index.json"] = json.dumps(idx).encode()
+		with tarfile.open(dst, "w") as out:
+		    for n, b in files.items():
+		        ti = tarfile.TarInfo(n); ti.size = len(b); out.addfile(ti, io.BytesIO(b))
+	PY
+	run_nerdctl load -i "$BATS_TEST_TMPDIR/crafted.tar"
+	ocicp 1 check "$crafted"
+	[[ $output == *"lacks avx9000"* ]] || die "check does not name the missing flag"
+	ocicp check "$image"
+}
+
+@test "a tampered layer is refused on pull and run, no container left" {
+	local port reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:tampered
+	port=$(free_port)
+	start_engine tsrc "$port"
+	ocicp create tsrc "$reg"
+	run_nerdctl push --insecure-registry "$reg"
+	run_nerdctl rm -f tsrc
+	run_nerdctl image inspect --mode native "$reg"
+	local layer
+	layer=$("$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default content get \
+		"$(jq -r '.[0].Image.Target.digest' <<<"$output")" | jq -r '.layers[0].digest')
+	run_nerdctl rmi "$reg"
+
+	# Flip bytes in the middle of the stored layer, keeping its size.
+	local blob=$REGISTRY_DIR/docker/registry/v2/blobs/sha256/${layer:7:2}/${layer#sha256:}/data
+	[ -f "$blob" ] || die "no registry blob at $blob"
+	printf 'tampered' | dd of="$blob" bs=1 seek=4096 conv=notrunc status=none
+
+	run_nerdctl 1 pull --insecure-registry "$reg"
+	[[ $output == *"unexpected commit digest"* || $output == *"digest"* ]] || die "pull error does not name the digest"
+	run_nerdctl '?' run -d --name tdst --insecure-registry "$reg"
+	[ "$status" -ne 0 ] || die "nerdctl run of a tampered image succeeded"
+	no_container tdst || die "a container was left behind"
+
+	# Truncated: the registry serves fewer bytes than the manifest says.
+	truncate -s 1000 "$blob"
+	run_nerdctl '?' run -d --name tdst2 --insecure-registry "$reg"
+	[ "$status" -ne 0 ] || die "nerdctl run of a truncated image succeeded"
+	no_container tdst2 || die "a container was left behind"
+}
