@@ -2,8 +2,8 @@
 # written as OCI image archives that `ctr images import` and `nerdctl load`
 # read. Included by the top Makefile (run make from the repo root).
 #
-#   make images        build both archives (a second run rebuilds nothing)
-#   make test-images   unit tests of the CPU engine (plain python3, no containers)
+#   make images        build the archives (a second run rebuilds nothing)
+#   make test-images   unit tests of the CPU and GPU engines (plain python3, no containers)
 
 IMAGES_SRC           := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 IMAGES_OUT           ?= $(or $(BUILDDIR),build)/images
@@ -14,14 +14,19 @@ CPU_ENGINE_IMAGE_REF ?= rekindle.local/cpu-engine:latest
 CPU_ENGINE_IMAGE_TAR := $(IMAGES_OUT)/cpu-engine.tar
 # Size of the CPU engine's seeded weights file (MiB), fixed at image build.
 ENGINE_WEIGHTS_MB    ?= 64
+# GPU reference engine: no torch inside (it runs the GPU host's), so it builds
+# here; GPU_ENGINE_PARAMS_GB is only the default model size in its config.
+GPU_ENGINE_IMAGE_REF ?= rekindle.local/gpu-engine:latest
+GPU_ENGINE_IMAGE_TAR := $(IMAGES_OUT)/gpu-engine.tar
+GPU_ENGINE_PARAMS_GB ?= 1
 
-IMAGE_TARS := $(BASE_IMAGE_TAR) $(CPU_ENGINE_IMAGE_TAR)
+IMAGE_TARS := $(BASE_IMAGE_TAR) $(CPU_ENGINE_IMAGE_TAR) $(GPU_ENGINE_IMAGE_TAR)
 BUILD_EXTRA += $(IMAGE_TARS)
 UNIT_TESTS += test-images
 
 .PHONY: images test-images
 
-images: $(IMAGE_TARS) ## build the base and CPU engine image archives into build/images/
+images: $(IMAGE_TARS) ## build the base, CPU and GPU engine image archives into build/images/
 
 # A parameter file changes only when its values do, so a changed suite, name
 # or weights size rebuilds that image and nothing else.
@@ -30,6 +35,7 @@ $(IMAGES_OUT)/.params-%: FORCE
 	@echo '$(IMAGE_PARAMS_$*)' | cmp -s - $@ || echo '$(IMAGE_PARAMS_$*)' > $@
 IMAGE_PARAMS_base       = $(BASE_SUITE) $(BASE_IMAGE_REF)
 IMAGE_PARAMS_cpu-engine = $(CPU_ENGINE_IMAGE_REF) $(ENGINE_WEIGHTS_MB)
+IMAGE_PARAMS_gpu-engine = $(GPU_ENGINE_IMAGE_REF) $(GPU_ENGINE_PARAMS_GB)
 
 $(BASE_IMAGE_TAR): $(IMAGES_OUT)/.params-base $(IMAGES_SRC)/base/build.sh \
 		$(IMAGES_SRC)/base/packages $(IMAGES_SRC)/lib.sh
@@ -40,5 +46,12 @@ $(CPU_ENGINE_IMAGE_TAR): $(BASE_IMAGE_TAR) $(IMAGES_OUT)/.params-cpu-engine \
 	BASE_IMAGE_REF=$(BASE_IMAGE_REF) CPU_ENGINE_IMAGE_REF=$(CPU_ENGINE_IMAGE_REF) \
 		ENGINE_WEIGHTS_MB=$(ENGINE_WEIGHTS_MB) $(IMAGES_SRC)/cpu-engine/build.sh $(BASE_IMAGE_TAR) $@
 
-test-images: ## unit tests of the CPU reference engine (plain python3)
+$(GPU_ENGINE_IMAGE_TAR): $(BASE_IMAGE_TAR) $(IMAGES_OUT)/.params-gpu-engine $(IMAGES_SRC)/gpu-engine/build.sh \
+		$(IMAGES_SRC)/gpu-engine/server.py $(IMAGES_SRC)/gpu-engine/launch.sh \
+		$(IMAGES_SRC)/gpu-engine/host-python.sh $(IMAGES_SRC)/lib.sh
+	BASE_IMAGE_REF=$(BASE_IMAGE_REF) GPU_ENGINE_IMAGE_REF=$(GPU_ENGINE_IMAGE_REF) \
+		GPU_ENGINE_PARAMS_GB=$(GPU_ENGINE_PARAMS_GB) $(IMAGES_SRC)/gpu-engine/build.sh $(BASE_IMAGE_TAR) $@
+
+test-images: ## unit tests of the CPU and GPU reference engines (plain python3; GPU engine's torch tests skip without torch)
 	cd $(IMAGES_SRC)/cpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
+	cd $(IMAGES_SRC)/gpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py

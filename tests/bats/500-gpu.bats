@@ -1,0 +1,180 @@
+#!/usr/bin/env bats
+# GPU: the GPU reference engine (images/gpu-engine/) checkpointed with
+# `oci-checkpoint create --engine sglang` and restored with a plain
+# `nerdctl run --device nvidia.com/gpu=N CHECKPOINT-IMAGE`: same process,
+# weights reloaded after the wake, identical greedy tokens. With two GPUs the
+# restore moves it from GPU 1 to GPU 0.
+#
+# Runs on a GPU host (tests/gpu/run.sh: CDI spec, CRIU's CUDA plugin, io_uring
+# off); everywhere else every test skips and says why. The container runs the
+# host's Python + PyTorch, bound in as images/gpu-engine/host-python.sh says;
+# torch_memory_saver comes from that Python or from a wheel in
+# $REKINDLE_WHEELS (default: the repo's .whl/).
+#
+#   REKINDLE_GPU_ENGINE_GB   model size (default 4)
+#   REKINDLE_GPU_WEIGHTS     host folder for the weights files (default /var/tmp/rekindle-weights),
+#                            kept between runs: a second run loads instead of generating
+#   REKINDLE_PYTHON          host interpreter with torch (default python3)
+
+load helpers
+
+GPU_IMAGE=rekindle.local/gpu-engine:latest
+PROMPT='{"text": "Rekindle restores warm GPU engines in seconds.", "sampling_params": {"max_new_tokens": 32}}'
+GPU_GB=${REKINDLE_GPU_ENGINE_GB:-4}
+WEIGHTS=${REKINDLE_GPU_WEIGHTS:-/var/tmp/rekindle-weights}
+HOST_PY=${REKINDLE_PYTHON:-python3}
+
+# Nothing here touches the GPU or starts the stack: that happens in the first
+# test that gets past its skip (gpu_setup), so a host without a GPU only skips.
+teardown_file() {
+	if [ -f "$BATS_FILE_TMPDIR/stack-up" ]; then
+		RK_DIR=$BATS_FILE_TMPDIR/rk stack_down
+	fi
+}
+
+teardown() {
+	[ -f "$BATS_FILE_TMPDIR/stack-up" ] || return 0
+	local c RK_DIR=${RK_DIR:-$BATS_FILE_TMPDIR/rk}
+	for c in $(cat "$BATS_TEST_TMPDIR/containers" 2>/dev/null); do
+		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$c" >"$BATS_FILE_TMPDIR/$c.log" 2>&1 || true
+		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rm -f "$c" >/dev/null 2>&1 || true
+	done
+	for c in $(cat "$BATS_TEST_TMPDIR/images" 2>/dev/null); do
+		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rmi -f "$c" >/dev/null 2>&1 || true
+	done
+}
+
+# say LINE...: print to the TAP stream, also when the test passes.
+say() {
+	echo "# $*" >&3
+}
+
+skip_if_no_gpu_stack() {
+	[ -f /etc/cdi/nvidia.yaml ] || ls /etc/cdi/*.yaml /var/run/cdi/*.yaml >/dev/null 2>&1 ||
+		skip "no CDI spec for nvidia.com/gpu in /etc/cdi: run 'nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml' (tests/gpu/run.sh does)"
+	"$HOST_PY" -c 'import torch' 2>/dev/null ||
+		skip "$HOST_PY has no torch: the GPU engine runs the host's Python + PyTorch (set REKINDLE_PYTHON)"
+}
+
+# gpu_setup: once per file: the private containerd, the image, torch_memory_saver
+# for the host Python, and the flags that bind that Python into the container.
+gpu_setup() {
+	export RK_DIR=$BATS_FILE_TMPDIR/rk
+	local site=$BATS_FILE_TMPDIR/site
+	if [ ! -f "$BATS_FILE_TMPDIR/stack-up" ]; then
+		if ! "$HOST_PY" -c 'import torch_memory_saver' 2>/dev/null; then
+			local wheels=${REKINDLE_WHEELS:-$REKINDLE_ROOT/.whl} whl
+			whl=$(ls "$wheels"/torch_memory_saver-*.whl 2>/dev/null | tail -1)
+			[ -n "$whl" ] || skip "torch_memory_saver is not installed for $HOST_PY and no wheel in $wheels (images/README.md says how to fetch it)"
+			run_cmd "$HOST_PY" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$whl"
+		fi
+		stack_up
+		touch "$BATS_FILE_TMPDIR/stack-up"
+		local tar
+		for tar in "$IMAGES/gpu-engine.tar" "$BIN/../images/gpu-engine.tar"; do
+			[ -f "$tar" ] && break
+		done
+		[ -f "$tar" ] || die "gpu-engine.tar is in neither $IMAGES nor $BIN/../images: run 'make build/images/gpu-engine.tar' (scripts/gpu-bundle.sh packs it)"
+		run_nerdctl load -i "$tar"
+		mkdir -p "$WEIGHTS"
+		PYTHONPATH=${site}${PYTHONPATH:+:$PYTHONPATH} "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
+			>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
+		say "host Python in the container: $(tr '\n' ' ' <"$BATS_FILE_TMPDIR/pyflags")"
+	fi
+	mapfile -t PYFLAGS <"$BATS_FILE_TMPDIR/pyflags"
+}
+
+gpu_uuid() {
+	nvidia-smi -i "$1" --query-gpu=uuid --format=csv,noheader | tr -d ' '
+}
+
+# run_gpu_engine NAME GPU PORT IMAGE: nerdctl run -d on GPU (CDI), the host
+# Python and the weights folder bound in, published on 127.0.0.1:PORT.
+run_gpu_engine() {
+	local name=$1 gpu=$2 port=$3 image=$4
+	echo "$name" >>"$BATS_TEST_TMPDIR/containers"
+	run_nerdctl run -d --name "$name" --device "nvidia.com/gpu=$gpu" -p "127.0.0.1:$port:30000" \
+		"${PYFLAGS[@]}" --volume="$WEIGHTS:/weights" --env="ENGINE_PARAMS_GB=$GPU_GB" "$image"
+}
+
+wake_recorded() {
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" cat /.rekindle/status 2>/dev/null | grep -q '"outcome"'
+}
+
+# roundtrip FROM TO: engine on GPU FROM, generate, checkpoint, remove,
+# restore on GPU TO, wait for the wake, generate again; checks and prints
+# the phase times. Leaves /state before and after in $BATS_TEST_TMPDIR.
+roundtrip() {
+	local from=$1 to=$2
+	local name=gpu-eng-$from-$to image=rekindle.local/ckpt:gpu-$from-$to t
+	local port port2
+	port=$(free_port)
+
+	t=$EPOCHREALTIME
+	run_gpu_engine "$name" "$from" "$port" "$GPU_IMAGE"
+	wait_for "the GPU engine on port $port to be healthy" 900 engine GET "$port" /health
+	local cold
+	cold=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+	engine GET "$port" /state >"$BATS_TEST_TMPDIR/state0.json"
+	say "cold start on GPU $from (${GPU_GB} GB, nerdctl run -> healthy ${cold}s): $(jq -c .cold_start "$BATS_TEST_TMPDIR/state0.json")"
+	is "$(jq -r .gpu_uuid "$BATS_TEST_TMPDIR/state0.json")" "$(gpu_uuid "$from")" "the engine runs on GPU $from"
+
+	local before after
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -c .output_ids)
+	[ -n "$before" ] && [ "$before" != null ] || die "no tokens before the checkpoint"
+
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	t=$EPOCHREALTIME
+	run_cmd bash -c '"$@" >"$CK_JSON"' _ "$BIN/oci-checkpoint" --address "$RK_DIR/containerd.sock" \
+		--namespace default create --engine sglang --port 30000 --json "$name" "$image"
+	local ck_wall
+	ck_wall=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+	say "$(grep -m1 '^==> checkpoint:' <<<"$output") (wall ${ck_wall}s)"
+	say "checkpoint image: $(jq -r '"\(.image) \(.size / 1048576 | floor) MiB"' "$CK_JSON")"
+	run_nerdctl rm -f "$name"
+
+	port2=$(free_port)
+	t=$EPOCHREALTIME
+	run_gpu_engine "$name-r" "$to" "$port2" "$image"
+	local run_wall
+	run_wall=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+	wait_for "the wake helper to record its outcome in $name-r" 600 wake_recorded "$name-r"
+	local woke
+	woke=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+	run_nerdctl exec "$name-r" cat /.rekindle/status
+	local status=$output
+	is "$(jq -r .outcome <<<"$status")" "resumed" "wake outcome (/.rekindle/status: $status)"
+	wait_for "the restored engine to be healthy" 120 engine GET "$port2" /health
+	t=$EPOCHREALTIME
+	after=$(engine POST "$port2" /generate "$PROMPT" | jq -c .output_ids)
+	local first
+	first=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+	engine GET "$port2" /state >"$BATS_TEST_TMPDIR/state1.json"
+	say "restore on GPU $to: nerdctl run ${run_wall}s, woken after ${woke}s (resume $(jq -r .resume_seconds <<<"$status")s; engine: $(jq -c .last_resume "$BATS_TEST_TMPDIR/state1.json")), first generate ${first}s"
+
+	is "$after" "$before" "greedy tokens after the restore"
+	local s0=$BATS_TEST_TMPDIR/state0.json s1=$BATS_TEST_TMPDIR/state1.json
+	is "$(jq -r .start_time "$s1")" "$(jq -r .start_time "$s0")" "same engine process: restored, not restarted"
+	is "$(jq -r .pid "$s1")" "$(jq -r .pid "$s0")" "same pid in the container"
+	is "$(jq -r .loaded_checksum "$s1")" "$(jq -r .weights_checksum "$s0")" "weights reloaded intact"
+	is "$(jq -r .gpu_uuid "$s1")" "$(gpu_uuid "$to")" "the restored engine runs on GPU $to"
+	is "$(jq -r '.resumes >= 1' "$s1")" "true" "the engine was resumed by the wake helper"
+}
+
+# bats test_tags=gpu
+@test "gpu-engine: checkpoint with oci-checkpoint, restore with nerdctl run, same tokens" {
+	skip_if_no_gpu
+	skip_if_no_gpu_stack
+	gpu_setup
+	export CK_JSON=$BATS_TEST_TMPDIR/ck.json
+	roundtrip 0 0
+}
+
+# bats test_tags=gpu
+@test "gpu-engine: checkpoint on GPU 1, restore on GPU 0 (remap), same tokens" {
+	skip_if_fewer_gpus 2
+	skip_if_no_gpu_stack
+	gpu_setup
+	export CK_JSON=$BATS_TEST_TMPDIR/ck.json
+	roundtrip 1 0
+}
