@@ -1,0 +1,251 @@
+#!/usr/bin/env bash
+# cache-gc.sh [OPTIONS]: prune the extracted-checkpoint cache of a patched
+# containerd by age and by size.
+#
+# The cache (containerd-patches/0002) is made of snapshots named
+#   checkpoint-cache/<layer digest>/data            the extracted checkpoint layer
+#   checkpoint-cache/<layer digest>/data-view       a view of it, read by CRIU
+#   checkpoint-cache/<layer digest>/rootfs/<chain>  base image + rootfs diff
+# One checkpoint layer's snapshots form one entry. An entry is only derived
+# data: removing it keeps the checkpoint image, whose next restore extracts it
+# again. Entries go anyway when their image is removed (containerd's GC follows
+# their back reference to the layer); this prunes entries of images still kept.
+#
+# An entry is in use while a container's snapshot sits on top of it, and
+# is being built while a restore has an active building-* snapshot in it;
+# neither is ever removed. The age of an entry is the time since its newest
+# snapshot was made (restores that hit the cache do not renew it).
+# With --max-size, the oldest entries go first until the rest fits.
+set -euo pipefail
+
+usage() {
+	cat <<EOF
+usage: $0 [OPTIONS]
+  --max-age AGE         remove entries older than AGE: N[s|m|h|d|w], a bare N is days
+  --max-size SIZE       then remove the oldest entries until the cache fits in SIZE:
+                        N[K|M|G|T] (powers of 1024; a trailing B or iB is allowed)
+  --dry-run             say what would be removed, remove nothing
+  --address SOCK        containerd socket (default \$CONTAINERD_ADDRESS or
+                        /run/containerd/containerd.sock)
+  -n, --namespace NS    only this namespace (default: every namespace)
+  --snapshotter NAME    snapshotter holding the cache (default overlayfs)
+  --ctr PATH            ctr binary (default \$CTR, the repository's build/bin/ctr,
+                        a ctr next to this script, then ctr on PATH)
+  -h, --help            this text
+Without --max-age and --max-size it lists the cache and removes nothing.
+EOF
+}
+
+die() { echo "cache-gc: error: $*" >&2; exit 2; }
+say() { echo "cache-gc: $*"; }
+
+# parse_age N[smhdw] -> seconds
+parse_age() {
+	[[ $1 =~ ^([0-9]+)([smhdw]?)$ ]] || die "bad age '$1': want N[s|m|h|d|w], e.g. 7d"
+	local n=${BASH_REMATCH[1]}
+	case ${BASH_REMATCH[2]} in
+	s) echo "$n" ;;
+	m) echo $((n * 60)) ;;
+	h) echo $((n * 3600)) ;;
+	'' | d) echo $((n * 86400)) ;;
+	w) echo $((n * 604800)) ;;
+	esac
+}
+
+# parse_size N[KMGT][i][B] -> bytes
+parse_size() {
+	[[ $1 =~ ^([0-9]+)([KMGT]?)(i?B)?$ ]] || die "bad size '$1': want N[K|M|G|T], e.g. 200G"
+	local n=${BASH_REMATCH[1]}
+	case ${BASH_REMATCH[2]} in
+	'') echo "$n" ;;
+	K) echo $((n << 10)) ;;
+	M) echo $((n << 20)) ;;
+	G) echo $((n << 30)) ;;
+	T) echo $((n << 40)) ;;
+	esac
+}
+
+human_size() { numfmt --to=iec-i --suffix=B "$1"; }
+human_age() {
+	local s=$1
+	if ((s >= 86400)); then echo "$((s / 86400))d$((s % 86400 / 3600))h"
+	elif ((s >= 3600)); then echo "$((s / 3600))h$((s % 3600 / 60))m"
+	elif ((s >= 60)); then echo "$((s / 60))m$((s % 60))s"
+	else echo "${s}s"; fi
+}
+
+max_age='' max_size='' dry_run=0 namespace='' snapshotter=overlayfs
+address=${CONTAINERD_ADDRESS:-/run/containerd/containerd.sock}
+ctr=${CTR:-}
+while [ $# -gt 0 ]; do
+	case $1 in
+	--max-age) [ $# -ge 2 ] || die "$1 needs a value"; max_age=$(parse_age "$2"); shift 2 ;;
+	--max-size) [ $# -ge 2 ] || die "$1 needs a value"; max_size=$(parse_size "$2"); shift 2 ;;
+	--dry-run) dry_run=1; shift ;;
+	--address) [ $# -ge 2 ] || die "$1 needs a value"; address=$2; shift 2 ;;
+	-n | --namespace) [ $# -ge 2 ] || die "$1 needs a value"; namespace=$2; shift 2 ;;
+	--snapshotter) [ $# -ge 2 ] || die "$1 needs a value"; snapshotter=$2; shift 2 ;;
+	--ctr) [ $# -ge 2 ] || die "$1 needs a value"; ctr=$2; shift 2 ;;
+	-h | --help) usage; exit 0 ;;
+	*) usage >&2; die "unknown argument '$1'" ;;
+	esac
+done
+
+if [ -z "$ctr" ]; then
+	here=$(cd "$(dirname "$0")" && pwd)
+	for c in "$here/../build/bin/ctr" "$here/ctr" "$(command -v ctr || true)"; do
+		[ -n "$c" ] && [ -x "$c" ] && { ctr=$c; break; }
+	done
+fi
+{ [ -n "$ctr" ] && [ -x "$ctr" ]; } || die "no ctr found: pass --ctr PATH"
+CTR_BASE=("$ctr" --address "$address")
+errs=$(mktemp)
+trap 'rm -f "$errs"' EXIT
+# q CMD...: run CMD; its stderr (ctr's deprecation notices) shows only when it fails.
+q() {
+	"$@" 2>"$errs" && return 0
+	local rc=$?
+	cat "$errs" >&2
+	return $rc
+}
+q "${CTR_BASE[@]}" version >/dev/null || die "containerd does not answer on $address"
+
+now=$(date +%s)
+removed_bytes=0 removed_n=0 failed=0 total_n=0 total_bytes=0
+
+if [ -n "$namespace" ]; then
+	namespaces=$namespace
+else
+	namespaces=$(q "${CTR_BASE[@]}" namespaces ls -q) || die "cannot list namespaces"
+fi
+
+# prune_namespace NS: one namespace's entries, decided and removed.
+prune_namespace() {
+	local ns=$1
+	local c=(q "${CTR_BASE[@]}" -n "$ns" snapshots --snapshotter "$snapshotter")
+	local listing
+	listing=$("${c[@]}" ls) || die "cannot list $snapshotter snapshots in namespace $ns"
+
+	# key -> parent, kind; entry (layer) -> its keys.
+	local -A parent=() kind=() keys=() busy=()
+	local key p k
+	while read -r key p k; do
+		[ "$key" = KEY ] && continue
+		# An empty PARENT column leaves two fields.
+		[ -z "$k" ] && { k=$p; p=''; }
+		parent[$key]=$p kind[$key]=$k
+	done <<<"$listing"
+
+	local layer
+	for key in "${!parent[@]}"; do
+		if [[ $key == checkpoint-cache/* ]]; then
+			layer=${key#checkpoint-cache/}
+			layer=${layer%%/*}
+			keys[$layer]+="$key "
+			# Only a restore building a part of the entry holds an active one.
+			[ "${kind[$key]}" = Active ] && busy[$layer]="being built by a restore"
+		fi
+	done
+	# A snapshot outside an entry on top of one of its snapshots: in use.
+	for key in "${!parent[@]}"; do
+		p=${parent[$key]}
+		[[ $p == checkpoint-cache/* ]] || continue
+		layer=${p#checkpoint-cache/}
+		layer=${layer%%/*}
+		[[ $key == "checkpoint-cache/$layer/"* ]] && continue
+		busy[$layer]="in use by snapshot $key"
+	done
+	[ ${#keys[@]} -gt 0 ] || return 0
+
+	# Age and size per entry; rows "age bytes layer", oldest first.
+	local rows='' t newest bytes created
+	for layer in "${!keys[@]}"; do
+		newest=0
+		for key in ${keys[$layer]}; do
+			created=$("${c[@]}" info "$key" | jq -r '[.Created, .Updated] | max') ||
+				die "cannot read snapshot $key"
+			t=$(date -u -d "$created" +%s) || die "bad time '$created' on snapshot $key"
+			((t > newest)) && newest=$t
+		done
+		# shellcheck disable=SC2086 # keys are whitespace-free snapshot names
+		bytes=$("${c[@]}" usage -b ${keys[$layer]} | awk 'NR > 1 {s += $2} END {print s + 0}')
+		rows+="$((now - newest)) $bytes $layer"$'\n'
+	done
+	rows=$(sort -k1,1nr <<<"${rows%$'\n'}")
+
+	# Decide: busy entries stay; too old ones go; then the oldest until the rest fits.
+	local -A verdict=()
+	local age left=0
+	while read -r age bytes layer; do
+		total_n=$((total_n + 1)) total_bytes=$((total_bytes + bytes))
+		if [ -n "${busy[$layer]:-}" ]; then
+			verdict[$layer]="keep (${busy[$layer]})"
+		elif [ -n "$max_age" ] && ((age > max_age)); then
+			verdict[$layer]="remove (older than $(human_age "$max_age"))"
+			continue
+		fi
+		left=$((left + bytes))
+	done <<<"$rows"
+	if [ -n "$max_size" ] && ((left > max_size)); then
+		while read -r age bytes layer; do
+			((left > max_size)) || break
+			[ -z "${verdict[$layer]:-}" ] || continue
+			verdict[$layer]="remove (cache over $(human_size "$max_size"))"
+			left=$((left - bytes))
+		done <<<"$rows"
+		((left <= max_size)) ||
+			say "warning: namespace $ns: entries in use keep the cache at $(human_size "$left"), over $(human_size "$max_size")"
+	fi
+
+	while read -r age bytes layer; do
+		local v=${verdict[$layer]:-keep} what
+		what="$ns/$snapshotter checkpoint-cache/$layer $(human_size "$bytes") age $(human_age "$age")"
+		if [[ $v != remove* ]]; then
+			say "$what: $v"
+			continue
+		fi
+		if [ "$dry_run" = 1 ]; then
+			say "$what: would ${v}"
+			removed_n=$((removed_n + 1)) removed_bytes=$((removed_bytes + bytes))
+			continue
+		fi
+		# Children before parents: data-view before data.
+		local todo=${keys[$layer]} next ok=1 progress
+		while [ -n "$todo" ]; do
+			next='' progress=0
+			for key in $todo; do
+				local has_child=0 other
+				for other in $todo; do
+					[ "${parent[$other]}" = "$key" ] && { has_child=1; break; }
+				done
+				if [ $has_child = 1 ]; then
+					next+="$key "
+				elif "${c[@]}" rm "$key" >/dev/null; then
+					progress=1
+				else
+					say "error: cannot remove snapshot $key in namespace $ns"
+					ok=0
+				fi
+			done
+			todo=$next
+			[ $progress = 1 ] || { [ -z "$todo" ] || ok=0; break; }
+		done
+		if [ $ok = 1 ]; then
+			say "$what: ${v/remove/removed}"
+			removed_n=$((removed_n + 1)) removed_bytes=$((removed_bytes + bytes))
+		else
+			say "$what: removal failed, entry kept in part"
+			failed=1
+		fi
+	done <<<"$rows"
+}
+
+for ns in $namespaces; do
+	prune_namespace "$ns"
+done
+if [ "$dry_run" = 1 ]; then
+	say "$total_n entries, $(human_size "$total_bytes"); would remove $removed_n, $(human_size "$removed_bytes") (dry run)"
+else
+	say "$total_n entries, $(human_size "$total_bytes"); removed $removed_n, $(human_size "$removed_bytes")"
+fi
+exit $failed
