@@ -1,0 +1,271 @@
+#!/usr/bin/env bats
+# Provisioning: ansible/ is lint-clean, the systemd units verify, the playbook
+# provisions this machine for real (local connection, CPU only, everything
+# under a private root so the host is left alone) and changes nothing on a
+# second run, and the stack it installed works. The GPU tasks run in check
+# mode against a fake driver. scripts/cache-gc.sh prunes checkpoint cache
+# entries in a real containerd.
+
+load helpers
+
+ANSIBLE_DIR=$REKINDLE_ROOT/ansible
+
+setup_file() {
+	export PROV=$BATS_FILE_TMPDIR/prov
+	export PROV_ROOT=$PROV/root PROV_PREFIX=$PROV/root/opt/rekindle
+	mkdir -p "$PROV"
+	# The build in build/ is made for PREFIX=/usr/local (CRIU's plugin
+	# directory): building for the private prefix would rebuild CRIU.
+	cat >"$PROV/vars.yml" <<EOF
+rekindle_root: $PROV_ROOT
+rekindle_prefix: $PROV_PREFIX
+stack_build_prefix: /usr/local
+stack_stage_dir: $PROV/stage
+EOF
+	stack_up
+}
+
+teardown_file() {
+	stack_down
+}
+
+# playbook ARGS...: ansible-playbook site.yml with this file's private root.
+playbook() {
+	local expect=0
+	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
+	cd "$ANSIBLE_DIR"
+	ANSIBLE_NOCOLOR=1 ANSIBLE_FORCE_COLOR=0 run_cmd "$expect" \
+		ansible-playbook -i inventory/local.yml site.yml -e "@$PROV/vars.yml" "$@"
+}
+
+# recap FIELD: FIELD=N of the last playbook run's PLAY RECAP line.
+recap() {
+	grep -E '^localhost +:' <<<"$output" | tail -1 | grep -oE "$1=[0-9]+" | cut -d= -f2
+}
+
+# ---- ansible and systemd files ---------------------------------------------
+
+@test "ansible-lint finds nothing in ansible/ (production profile)" {
+	command -v ansible-lint >/dev/null || die "ansible-lint is missing: run 'make deps'"
+	cd "$ANSIBLE_DIR"
+	run_cmd ansible-lint --nocolor
+	is "$output" "~Passed with production profile: 0 failure\(s\), 0 warning\(s\)" "ansible-lint summary"
+}
+
+@test "the playbook provisions this machine (CPU only, private root)" {
+	playbook
+	is "$(recap failed)" "0" "failed tasks"
+	[ -x "$PROV_PREFIX/bin/containerd" ] || die "containerd not installed under $PROV_PREFIX"
+	[ -x "$PROV_PREFIX/bin/rekindle-cache-gc" ] || die "cache pruner not installed"
+	[ -f "$PROV_PREFIX/lib/criu/cuda_plugin.so" ] || die "CRIU's CUDA plugin not installed"
+	[ -x "$PROV_PREFIX/libexec/cni/bridge" ] || die "CNI plugins not installed"
+	cmp "$REKINDLE_ROOT/build/bin/containerd" "$PROV_PREFIX/bin/containerd" || die "installed containerd differs from the build"
+	is "$(cat "$PROV_ROOT/etc/sysctl.d/90-rekindle.conf" | grep -v '^#')" "kernel.io_uring_disabled = 2" "sysctl file"
+	grep -qx "ExecStart=$PROV_PREFIX/bin/containerd --config $PROV_ROOT/etc/containerd/config.toml" \
+		"$PROV_ROOT/etc/systemd/system/containerd.service.d/rekindle.conf" || die "drop-in does not start the installed containerd"
+	grep -q "^Environment=PATH=$PROV_PREFIX/bin:" "$PROV_ROOT/etc/systemd/system/containerd.service.d/rekindle.conf" ||
+		die "drop-in does not put the stack first on PATH"
+	grep -q "BinaryName = \"$PROV_PREFIX/bin/runc\"" "$PROV_ROOT/etc/containerd/config.toml" || die "config does not name our runc"
+	# Not a systemd host, or a staged install: nothing was enabled or started.
+	is "$output" "~TASK \[systemd : Enable and start the services\] \*+[[:space:]]+skipping" "services left alone"
+	# The health check started the installed containerd on a private socket.
+	is "$output" "~Version:  [0-9.]+\+rekindle" "health check: containerd answered"
+	is "$output" "~plugins loaded: io.containerd.snapshotter.v1 overlayfs" "health check: plugins"
+	# The running kernel was not touched.
+	is "$output" "~TASK \[host : Apply the kernel parameters that differ\] \*+[[:space:]]+skipping" "no live sysctl"
+}
+
+@test "a second run of the playbook changes nothing" {
+	[ -x "$PROV_PREFIX/bin/containerd" ] || skip "the first run did not install the stack"
+	playbook
+	is "$(recap failed)" "0" "failed tasks"
+	is "$(recap changed)" "0" "changed tasks on the second run"
+	echo "# $(grep -E '^localhost +:' <<<"$output")" >&3
+}
+
+@test "systemd-analyze verify accepts the installed units" {
+	command -v systemd-analyze >/dev/null ||
+		skip "systemd-analyze is missing (Debian package systemd; 'make deps' installs it)"
+	local d=$PROV_ROOT/etc/systemd/system
+	[ -f "$d/containerd.service" ] || skip "the playbook did not install the units"
+	cd "$d"
+	run_cmd systemd-analyze verify ./containerd.service ./rekindle-cache-gc.service ./rekindle-cache-gc.timer
+	is "$output" "" "systemd-analyze findings"
+	# The drop-in is read with the unit: a broken one must show.
+	cp -r "$d" "$BATS_TEST_TMPDIR/units"
+	echo "ExecStartPre=relative/path" >>"$BATS_TEST_TMPDIR/units/containerd.service.d/rekindle.conf"
+	cd "$BATS_TEST_TMPDIR/units"
+	run_cmd '?' systemd-analyze verify ./containerd.service
+	is "$output" "~rekindle.conf.*(relative|absolute)" "a bad drop-in is reported"
+}
+
+@test "the installed stack runs: containerd on a private socket, a container, criu check" {
+	[ -x "$PROV_PREFIX/bin/containerd" ] || skip "the first run did not install the stack"
+	local dir=$BATS_TEST_TMPDIR/rk-installed
+	REKINDLE_BIN=$PROV_PREFIX/bin "$REKINDLE_ROOT/scripts/containerd-up.sh" "$dir" 3>&-
+	local ctr=("$PROV_PREFIX/bin/ctr" --address "$dir/containerd.sock")
+	run_cmd "${ctr[@]}" version
+	is "$output" "~Server:.*Version: +[0-9.]+\+rekindle" "server version"
+	run_cmd "${ctr[@]}" images import --all-platforms "$IMAGES/base.tar"
+	run_cmd "${ctr[@]}" run --rm "$BASE_IMAGE" prov-check python3 -c 'print(6 * 7)'
+	local out=${lines[-1]}
+	REKINDLE_BIN=$PROV_PREFIX/bin "$REKINDLE_ROOT/scripts/containerd-down.sh" "$dir" 3>&-
+	is "$out" "42" "a container ran with the installed runc"
+	run_cmd "$PROV_PREFIX/bin/criu" check
+	is "$output" "~Looks good" "criu check with the installed criu"
+}
+
+# ---- check mode ------------------------------------------------------------
+
+# fake_driver VERSION: a stand-in for /proc/driver/nvidia/version.
+fake_driver() {
+	local f=$BATS_TEST_TMPDIR/nvidia-version
+	printf 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  Sun Jan  1 00:00:00 UTC 2026\nGCC version:  gcc version 12.2.0\n' "$1" >"$f"
+	echo "$f"
+}
+
+@test "check mode: the GPU tasks run against a driver 580 (forced on a CPU host)" {
+	playbook --check --tags nvidia -e nvidia_force=true -e "nvidia_driver_version_file=$(fake_driver 580.95.05)"
+	is "$output" "~NVIDIA driver 580.95.05" "driver accepted"
+	is "$output" "~TASK \[nvidia : Generate the CDI spec for driver 580.95.05\]" "CDI spec task reached"
+	is "$output" "~TASK \[nvidia : Record the driver version the spec was made for\] \*+[[:space:]]+changed" "version would be recorded"
+	[ ! -e "$PROV_ROOT/var/lib/rekindle/cdi-driver-version" ] || die "check mode wrote the driver record"
+}
+
+@test "check mode: a driver older than 580 is refused, saying why" {
+	playbook 2 --check --tags nvidia -e nvidia_force=true -e "nvidia_driver_version_file=$(fake_driver 550.54.14)"
+	is "$output" "~NVIDIA driver 550.54.14 is older than 580" "refusal names the driver and the minimum"
+}
+
+@test "check mode: a host without the NVIDIA driver is refused, saying why" {
+	! nvidia-smi -L >/dev/null 2>&1 || skip "this host has a working NVIDIA driver"
+	playbook 2 --check --tags nvidia -e nvidia_force=true -e nvidia_driver_version_file=/nonexistent
+	is "$output" "~No NVIDIA driver found" "refusal"
+	is "$output" "~or set rekindle_cpu_only=true" "says how to go on"
+}
+
+@test "check mode: applying the kernel settings live leaves the kernel alone" {
+	local before
+	before=$(cat /proc/sys/kernel/io_uring_disabled)
+	playbook --check --tags host -e host_apply_live=true
+	is "$(recap failed)" "0" "failed tasks"
+	is "$output" "~TASK \[host : Read the live kernel parameters\] \*+[[:space:]]+ok: \[localhost\] => \(item=kernel.io_uring_disabled\)" "live value read"
+	is "$(cat /proc/sys/kernel/io_uring_disabled)" "$before" "kernel.io_uring_disabled after --check"
+}
+
+# ---- scripts/cache-gc.sh ----------------------------------------------------
+
+# snap NS ARGS...: ctr snapshots in namespace NS of this file's containerd.
+snap() {
+	local ns=$1
+	shift
+	"$BIN/ctr" --address "$RK_DIR/containerd.sock" -n "$ns" snapshots "$@"
+}
+
+# commit_with NS KEY PARENT MIB: commit snapshot KEY on PARENT holding MIB MiB.
+commit_with() {
+	local ns=$1 key=$2 parent=$3 mib=$4 dir tmp=tmp-$RANDOM$RANDOM
+	# shellcheck disable=SC2086 # no parent: no argument
+	snap "$ns" prepare --mounts "$tmp" $parent >"$BATS_TEST_TMPDIR/m.json"
+	# A bind mount without a parent, an overlay on one: write into its upper dir.
+	dir=$(jq -r '.[0] | if .Type == "bind" then .Source else (.Options[] | select(startswith("upperdir=")) | ltrimstr("upperdir=")) end' "$BATS_TEST_TMPDIR/m.json")
+	[ -d "$dir" ] || die "no directory for snapshot $tmp"
+	[ "$mib" -eq 0 ] || dd if=/dev/urandom of="$dir/blob" bs=1M count="$mib" status=none
+	snap "$ns" commit "$key" "$tmp"
+}
+
+# cache_entry NS LAYER MIB: a cache entry laid out as containerd-patches/0002
+# makes it: data (MIB MiB), data-view, rootfs/<chain> on the namespace's base.
+# The patch keeps its entries alive with a back reference to the checkpoint
+# layer; these stand-ins, with no image behind them, carry a GC root label
+# instead (ctr commit adds one, ctr snapshots view does not).
+cache_entry() {
+	local ns=$1 layer=$2 mib=$3 key
+	snap "$ns" info base >/dev/null 2>&1 || commit_with "$ns" base "" 1
+	commit_with "$ns" "checkpoint-cache/$layer/data" "" "$mib"
+	snap "$ns" view "checkpoint-cache/$layer/data-view" "checkpoint-cache/$layer/data" >/dev/null
+	snap "$ns" label "checkpoint-cache/$layer/data-view" "containerd.io/gc.root=$(date -u +%FT%TZ)" >/dev/null
+	commit_with "$ns" "checkpoint-cache/$layer/rootfs/base" base 0
+	for key in data data-view rootfs/base; do
+		snap "$ns" label "checkpoint-cache/$layer/$key" "containerd.io/checkpoint.cache.layer=$layer" >/dev/null
+	done
+}
+
+# entry_keys NS LAYER: the snapshots of one entry.
+entry_keys() {
+	snap "$1" ls | awk -v k="checkpoint-cache/$2/" 'index($1, k) == 1 {print $1}' | sort
+}
+
+cache_gc() {
+	local expect=0
+	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
+	run_cmd "$expect" "$REKINDLE_ROOT/scripts/cache-gc.sh" --address "$RK_DIR/containerd.sock" "$@"
+}
+
+L_OLD=sha256:0000000000000000000000000000000000000000000000000000000000000a01
+L_USED=sha256:0000000000000000000000000000000000000000000000000000000000000a02
+L_BUILD=sha256:0000000000000000000000000000000000000000000000000000000000000a03
+L_NEW=sha256:0000000000000000000000000000000000000000000000000000000000000a04
+
+@test "cache-gc --max-age: old entries go, entries in use or being built stay" {
+	local ns=gc-age
+	cache_entry $ns $L_OLD 2
+	cache_entry $ns $L_USED 1
+	cache_entry $ns $L_BUILD 1
+	# A restored container's root on the cache; a restore still building.
+	snap $ns prepare container-rootfs "checkpoint-cache/$L_USED/rootfs/base" >/dev/null
+	snap $ns prepare "checkpoint-cache/$L_BUILD/rootfs/base2/building-0123" base >/dev/null
+	sleep 5
+	cache_entry $ns $L_NEW 1
+
+	cache_gc -n $ns --max-age 4s --dry-run
+	is "$output" "~checkpoint-cache/$L_OLD [0-9.]+MiB age [0-9]+s: would remove \(older than 4s\)" "dry run names the old entry"
+	is "$output" "~would remove 1, " "dry run summary"
+	is "$(entry_keys $ns $L_OLD | wc -l)" "3" "entry still there after --dry-run"
+
+	cache_gc -n $ns --max-age 4s
+	is "$output" "~checkpoint-cache/$L_OLD .*: removed \(older than 4s\)" "old entry removed"
+	is "$output" "~checkpoint-cache/$L_USED .*: keep \(in use by snapshot container-rootfs\)" "entry in use kept"
+	is "$output" "~checkpoint-cache/$L_BUILD .*: keep \(being built by a restore\)" "entry being built kept"
+	is "$(grep -c "checkpoint-cache/$L_NEW .*: keep$" <<<"$output")" "1" "young entry kept"
+	is "$output" "~4 entries, .*; removed 1, 2\.[0-9]MiB" "summary"
+	is "$(entry_keys $ns $L_OLD)" "" "snapshots of the removed entry"
+	is "$(entry_keys $ns $L_USED | wc -l)" "3" "snapshots of the entry in use"
+	is "$(entry_keys $ns $L_NEW | wc -l)" "3" "snapshots of the young entry"
+	snap $ns info base >/dev/null || die "the base snapshot under the cache went too"
+}
+
+@test "cache-gc --max-size: the oldest entries go until the cache fits" {
+	local ns=gc-size l
+	for l in b01 b02 b03; do
+		cache_entry $ns "sha256:$l" 2
+		sleep 1.1
+	done
+	cache_gc -n $ns --max-size 5M
+	is "$output" "~checkpoint-cache/sha256:b01 .*: removed \(cache over 5.0MiB\)" "oldest removed"
+	is "$output" "~checkpoint-cache/sha256:b02 .*: keep" "second kept"
+	is "$output" "~checkpoint-cache/sha256:b03 .*: keep" "newest kept"
+	is "$(entry_keys $ns sha256:b01)" "" "snapshots of the oldest"
+	# Under budget: nothing more goes.
+	cache_gc -n $ns --max-size 5M --max-age 1d
+	is "$output" "~2 entries, .*; removed 0, 0B" "second run"
+}
+
+@test "cache-gc from the installed prefix, as its unit runs it, over every namespace" {
+	[ -x "$PROV_PREFIX/bin/rekindle-cache-gc" ] || skip "the playbook did not install the pruner"
+	local unit=$PROV_ROOT/etc/systemd/system/rekindle-cache-gc.service
+	grep -q "^ExecStart=$PROV_PREFIX/bin/rekindle-cache-gc --ctr $PROV_PREFIX/bin/ctr" "$unit" ||
+		die "the unit does not run the installed pruner"
+	run_cmd "$PROV_PREFIX/bin/rekindle-cache-gc" --ctr "$PROV_PREFIX/bin/ctr" \
+		--address "$RK_DIR/containerd.sock" --max-age 14d --max-size 500G
+	is "$output" "~cache-gc: [0-9]+ entries, .*; removed 0, 0B" "nothing young removed"
+}
+
+@test "cache-gc refuses bad limits and a containerd that does not answer" {
+	cache_gc 2 --max-age 3x
+	is "$output" "~bad age '3x'" "bad age"
+	cache_gc 2 --max-size 10Q
+	is "$output" "~bad size '10Q'" "bad size"
+	run_cmd 2 "$REKINDLE_ROOT/scripts/cache-gc.sh" --address "$BATS_TEST_TMPDIR/none.sock"
+	is "$output" "~containerd does not answer on $BATS_TEST_TMPDIR/none.sock" "no containerd"
+}
