@@ -185,6 +185,7 @@ type report struct {
 	Local       bool               `json:"local"`
 	Checkpoint  bool               `json:"checkpoint"`
 	LayerSize   int64              `json:"layer_size"`
+	LayerDigest string             `json:"layer_digest"`
 	Engine      string             `json:"engine,omitempty"`
 	BaseImage   string             `json:"base_image,omitempty"`
 	Created     string             `json:"created,omitempty"`
@@ -221,6 +222,7 @@ func inspect(cc *cli.Context) (*report, error) {
 	}
 	for _, l := range m.Layers {
 		r.LayerSize += l.Size
+		r.LayerDigest = l.Digest.String()
 	}
 	r.Engine, r.BaseImage, r.Created = ann[hostinfo.AnnotEngine], ann[hostinfo.AnnotSourceImage], ann[hostinfo.AnnotCreated]
 	if u := ann[hostinfo.AnnotGPUUUIDs]; u != "" {
@@ -241,7 +243,7 @@ func printReport(r *report) {
 	fmt.Printf("Engine:      %s\n", r.Engine)
 	fmt.Printf("Base image:  %s\n", r.BaseImage)
 	fmt.Printf("Created:     %s\n", r.Created)
-	fmt.Printf("Layer size:  %.1f MiB\n", float64(r.LayerSize)/(1<<20))
+	fmt.Printf("Layer:       %s (%.1f MiB)\n", r.LayerDigest, float64(r.LayerSize)/(1<<20))
 	fmt.Printf("CPU:         %s (%s)\n", r.Annotations[hostinfo.AnnotCPUModel], r.Annotations[hostinfo.AnnotCPUFlags])
 	fmt.Printf("Kernel:      %s   CRIU: %s\n", r.Annotations[hostinfo.AnnotKernel], r.Annotations[hostinfo.AnnotCRIU])
 	if len(r.GPUs) > 0 {
