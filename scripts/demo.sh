@@ -52,7 +52,7 @@ cold=$(secs "$t0" "$t1")
 note "engine up (cold start to first answer ${cold}s): \"$before\""
 
 oci-checkpoint create --json demo-engine "$image" >"$dir/checkpoint.json"
-ck=$(jq -r '[.phases[] | "\(.name) \(.seconds * 100 | round / 100)s"] | join("  ")' "$dir/checkpoint.json")
+ck=$(jq -r '.phases[] | "\(.name) \(.seconds)"' "$dir/checkpoint.json" | awk '{printf "%s%s %.2fs", (NR > 1 ? "  " : ""), $1, $2}')
 n rm -f demo-engine >/dev/null
 oci-checkpoint check "$image"
 
