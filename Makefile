@@ -23,7 +23,7 @@ CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
 STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk \
 	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge
 
-.PHONY: help deps build stack install test test-cuda-checkpoint demo bench clean distclean FORCE
+.PHONY: help deps build stack install provision test test-cuda-checkpoint demo bench clean distclean FORCE
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -120,6 +120,9 @@ install: ## copy the built stack under $(DESTDIR)$(PREFIX) (run 'make build' fir
 	install -m 0755 $(filter-out $(BIN)/cni,$(wildcard $(BIN)/*)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BIN)/cni/* $(DESTDIR)$(PREFIX)/libexec/cni/
 	install -m 0644 $(BUILDDIR)/lib/criu/cuda_plugin.so $(DESTDIR)$(PREFIX)/lib/criu/
+
+provision: build ## provision this host with ansible/ (root; CPU-only unless ANSIBLE_ARGS says otherwise)
+	cd ansible && ansible-playbook site.yml $(ANSIBLE_ARGS)
 
 test: build ## build, then run every test (CPU; GPU tests skip without a GPU)
 	REKINDLE_UNIT_TESTS="$(UNIT_TESTS)" tests/run.sh
