@@ -97,7 +97,8 @@ $(BIN)/nerdctl: $(PINS)/nerdctl | $(BUILDDIR)/.deps
 
 $(BIN)/nvidia-ctk: $(PINS)/nvctk | $(BUILDDIR)/.deps
 	scripts/fetch-module.sh $(NVCTK_MODULE) $(NVCTK_VERSION) $(NVCTK_SUM) $(SRC)/nvidia-container-toolkit
-	cd $(SRC)/nvidia-container-toolkit && $(GOBUILD) -o $(ABSBIN)/nvidia-ctk ./cmd/nvidia-ctk
+	cd $(SRC)/nvidia-container-toolkit && $(GOBUILD) -o $(ABSBIN)/nvidia-ctk ./cmd/nvidia-ctk && \
+		$(GOBUILD) -o $(ABSBIN)/nvidia-cdi-hook ./cmd/nvidia-cdi-hook
 
 $(BIN)/checkpointctl: $(PINS)/checkpointctl | $(BUILDDIR)/.deps
 	scripts/fetch-module.sh $(CHECKPOINTCTL_MODULE) $(CHECKPOINTCTL_VERSION) $(CHECKPOINTCTL_SUM) $(SRC)/checkpointctl

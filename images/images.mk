@@ -46,11 +46,11 @@ $(CPU_ENGINE_IMAGE_TAR): $(BASE_IMAGE_TAR) $(IMAGES_OUT)/.params-cpu-engine \
 	BASE_IMAGE_REF=$(BASE_IMAGE_REF) CPU_ENGINE_IMAGE_REF=$(CPU_ENGINE_IMAGE_REF) \
 		ENGINE_WEIGHTS_MB=$(ENGINE_WEIGHTS_MB) $(IMAGES_SRC)/cpu-engine/build.sh $(BASE_IMAGE_TAR) $@
 
-$(GPU_ENGINE_IMAGE_TAR): $(BASE_IMAGE_TAR) $(IMAGES_OUT)/.params-gpu-engine $(IMAGES_SRC)/gpu-engine/build.sh \
+$(GPU_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-gpu-engine $(IMAGES_SRC)/gpu-engine/build.sh \
 		$(IMAGES_SRC)/gpu-engine/server.py $(IMAGES_SRC)/gpu-engine/launch.sh \
 		$(IMAGES_SRC)/gpu-engine/host-python.sh $(IMAGES_SRC)/lib.sh
-	BASE_IMAGE_REF=$(BASE_IMAGE_REF) GPU_ENGINE_IMAGE_REF=$(GPU_ENGINE_IMAGE_REF) \
-		GPU_ENGINE_PARAMS_GB=$(GPU_ENGINE_PARAMS_GB) $(IMAGES_SRC)/gpu-engine/build.sh $(BASE_IMAGE_TAR) $@
+	GPU_ENGINE_IMAGE_REF=$(GPU_ENGINE_IMAGE_REF) \
+		GPU_ENGINE_PARAMS_GB=$(GPU_ENGINE_PARAMS_GB) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
 test-images: ## unit tests of the CPU and GPU reference engines (plain python3; GPU engine's torch tests skip without torch)
 	cd $(IMAGES_SRC)/cpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py

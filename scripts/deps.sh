@@ -13,7 +13,7 @@ pkgs=(
 	libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev uuid-dev libnftables-dev
 	# run and test
 	iptables iproute2 kmod containernetworking-plugins bats skopeo docker-registry
-	debootstrap umoci python3 python3-pytest psmisc
+	debootstrap umoci busybox-static python3 python3-pytest psmisc
 	# provisioning (ansible/) and its tests: playbook, linter, systemd-analyze
 	ansible-core ansible-lint systemd
 )

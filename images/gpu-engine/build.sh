@@ -1,45 +1,51 @@
 #!/usr/bin/env bash
-# build.sh BASE.tar OUT.tar: the GPU reference engine image, one layer on the
-# base image: /engine/{server.py,launch.sh,host-python.sh} and an empty
-# /weights mount point. No PyTorch inside: the container runs the GPU host's
-# Python and PyTorch, bound in at run time (see README.md, host-python.sh), so
-# the image builds here without torch, a GPU or network beyond the base image.
-# Named rekindle.local/gpu-engine:latest.
+# build.sh OUT.tar: the GPU reference engine image, one layer: a static
+# busybox (the shell and tools launch.sh needs), /engine/{server.py,
+# launch.sh,host-python.sh} and an empty /weights mount point. No Python
+# or PyTorch inside: the container runs the GPU host's, bound in at run
+# time (see README.md, host-python.sh), so the image stays about 1 MB and
+# travels to a GPU machine beside the stack. Named
+# rekindle.local/gpu-engine:latest.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
-[ $# -eq 2 ] || die "usage: $0 BASE.tar OUT.tar"
-base=$(realpath "$1") || die "no base image archive $1: build it first (make images)"
-out=$(realpath -m "$2")
+[ $# -eq 1 ] || die "usage: $0 OUT.tar"
+out=$(realpath -m "$1")
 ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/gpu-engine:latest}
 tag=${ref##*:}
-base_ref=${BASE_IMAGE_REF:-rekindle.local/base:bookworm}
 gb=${GPU_ENGINE_PARAMS_GB:-1}
-need_pkgs umoci
+need_pkgs umoci busybox-static
 need_tool umoci python3 tar
 
 work=$(dirname "$out")/work/gpu-engine
 rm -rf "$work"
-mkdir -p "$work/layout" "$work/root/engine" "$work/root/weights"
-for f in server.py launch.sh host-python.sh; do
-	install -m 0755 "$here/$f" "$work/root/engine/$f"
+root=$work/root
+mkdir -p "$work" "$root"/{bin,etc,engine,weights,tmp,root,proc,sys,dev,usr/bin,host}
+chmod 1777 "$root/tmp"
+install -m 0755 /bin/busybox "$root/bin/busybox"
+for a in $("$root/bin/busybox" --list); do
+	[ "$a" = busybox ] || ln -s busybox "$root/bin/$a"
 done
-layer_tar "$work/root" "$work/layer.tar"
+printf 'root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/false\n' >"$root/etc/passwd"
+printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
+for f in server.py launch.sh host-python.sh; do
+	install -m 0755 "$here/$f" "$root/engine/$f"
+done
+find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
+layer_tar "$root" "$work/layer.tar"
 
-tar -C "$work/layout" -xf "$base"
-base_tag=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["annotations"]["org.opencontainers.image.ref.name"])' "$work/layout/index.json") ||
-	die "$base is not an OCI image archive with a tagged manifest"
-base_digest=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["manifests"][0]["digest"])' "$work/layout/index.json")
 created=$(image_created)
 layout=$work/layout
-
+umoci init --layout "$layout"
+umoci new --image "$layout:$tag"
 # Checkpoint-friendly settings ride in the environment: no io_uring in uvloop,
 # gloo on loopback, one inductor compile thread, no hub access, and no .pyc
 # writes into the read-only host Python.
-umoci raw add-layer --image "$layout:$base_tag" --tag "$tag" --history.created "$created" \
-	--history.created_by "rekindle images/gpu-engine: server.py, launch.sh, host-python.sh" "$work/layer.tar"
+umoci raw add-layer --image "$layout:$tag" --history.created "$created" \
+	--history.created_by "rekindle images/gpu-engine: busybox, server.py, launch.sh, host-python.sh" "$work/layer.tar"
 umoci config --image "$layout:$tag" --created "$created" --history.created "$created" \
 	--history.created_by "rekindle images/gpu-engine/build.sh" \
+	--config.env PATH=/bin:/usr/bin \
 	--config.env ENGINE_PORT=30000 --config.env ENGINE_HOST=0.0.0.0 \
 	--config.env ENGINE_WEIGHTS_DIR=/weights --config.env "ENGINE_PARAMS_GB=$gb" \
 	--config.env PYTHONUNBUFFERED=1 --config.env PYTHONDONTWRITEBYTECODE=1 \
@@ -50,10 +56,7 @@ umoci config --image "$layout:$tag" --created "$created" --history.created "$cre
 	--config.label "org.opencontainers.image.title=rekindle gpu-engine" \
 	--config.label "org.opencontainers.image.description=GPU reference engine (PyTorch transformer, SGLang memory API); runs the host's Python+PyTorch" \
 	--config.label "org.rekindle.engine.profile=sglang" \
-	--config.label "org.rekindle.engine.params-gb=$gb" \
-	--manifest.annotation "org.opencontainers.image.base.name=$base_ref" \
-	--manifest.annotation "org.opencontainers.image.base.digest=$base_digest"
-umoci rm --image "$layout:$base_tag"
+	--config.label "org.rekindle.engine.params-gb=$gb"
 oci_pack "$layout" "$tag" "$ref" "$out"
-rm -rf "$work/layer.tar" "$work/root"
+rm -rf "$work/layer.tar" "$root"
 note "wrote $out ($(du -h "$out" | cut -f1)) as $ref"
