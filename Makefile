@@ -20,7 +20,7 @@ CONTAINERD_BUILDTAGS ?= urfave_cli_no_docs no_btrfs
 RUNC_BUILDTAGS       ?= seccomp
 CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
 
-STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk \
+STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk $(BIN)/nvidia-cdi-hook \
 	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge
 
 .PHONY: help deps build stack install provision test test-cuda-checkpoint demo bench clean distclean FORCE
@@ -95,7 +95,8 @@ $(BIN)/nerdctl: $(PINS)/nerdctl | $(BUILDDIR)/.deps
 		$(GOBUILD) -ldflags "-X github.com/containerd/nerdctl/v2/pkg/version.Version=$(NERDCTL_VERSION:v%=%)" \
 			-o $(ABSBIN)/nerdctl ./cmd/nerdctl
 
-$(BIN)/nvidia-ctk: $(PINS)/nvctk | $(BUILDDIR)/.deps
+# nvidia-cdi-hook is what the CDI specs nvidia-ctk writes run as hooks.
+$(BIN)/nvidia-ctk $(BIN)/nvidia-cdi-hook &: $(PINS)/nvctk | $(BUILDDIR)/.deps
 	scripts/fetch-module.sh $(NVCTK_MODULE) $(NVCTK_VERSION) $(NVCTK_SUM) $(SRC)/nvidia-container-toolkit
 	cd $(SRC)/nvidia-container-toolkit && $(GOBUILD) -o $(ABSBIN)/nvidia-ctk ./cmd/nvidia-ctk && \
 		$(GOBUILD) -o $(ABSBIN)/nvidia-cdi-hook ./cmd/nvidia-cdi-hook

@@ -15,7 +15,7 @@ trap 'rm -rf "$stage"' EXIT
 
 mkdir -p "$stage/bin/cni" "$stage/lib/criu" "$stage/images"
 for t in containerd containerd-shim-runc-v2 ctr runc criu nerdctl nvidia-ctk \
-	cuda-checkpoint oci-checkpoint rekindle-wake; do
+	nvidia-cdi-hook cuda-checkpoint oci-checkpoint rekindle-wake; do
 	[ -x "$b/bin/$t" ] || die "$b/bin/$t is missing: run 'make build' first"
 	cp "$b/bin/$t" "$stage/bin/"
 done
@@ -40,6 +40,6 @@ for img in "$b"/images/gpu-*.tar; do
 done
 
 mkdir -p "$(dirname "$out")"
-tar -C "$stage" -cf - . | xz -T0 -6 >"$out.tmp"
+tar -C "$stage" -cf - . | xz -T0 -9 >"$out.tmp"
 mv "$out.tmp" "$out"
 note "$(du -h "$out" | cut -f1) $out"

@@ -89,12 +89,15 @@ gpu_uuid() {
 }
 
 # run_gpu_engine NAME GPU PORT IMAGE: nerdctl run -d on GPU (CDI), the host
-# Python and the weights folder bound in, published on 127.0.0.1:PORT.
+# Python and the weights folder bound in, listening on PORT. Host network:
+# GPU machines may lack the iptables that nerdctl's bridge network needs, and
+# the restored engine keeps listening on the port it was checkpointed with.
 run_gpu_engine() {
 	local name=$1 gpu=$2 port=$3 image=$4
 	echo "$name" >>"$BATS_TEST_TMPDIR/containers"
-	run_nerdctl run -d --name "$name" --device "nvidia.com/gpu=$gpu" -p "127.0.0.1:$port:30000" \
-		"${PYFLAGS[@]}" --volume="$WEIGHTS:/weights" --env="ENGINE_PARAMS_GB=$GPU_GB" "$image"
+	run_nerdctl run -d --name "$name" --device "nvidia.com/gpu=$gpu" --network host \
+		"${PYFLAGS[@]}" --volume="$WEIGHTS:/weights" --env="ENGINE_PARAMS_GB=$GPU_GB" \
+		--env="ENGINE_PORT=$port" "$image"
 }
 
 wake_recorded() {
@@ -126,14 +129,14 @@ roundtrip() {
 	echo "$image" >>"$BATS_TEST_TMPDIR/images"
 	t=$EPOCHREALTIME
 	run_cmd bash -c '"$@" >"$CK_JSON"' _ "$BIN/oci-checkpoint" --address "$RK_DIR/containerd.sock" \
-		--namespace default create --engine sglang --port 30000 --json "$name" "$image"
+		--namespace default create --engine sglang --port "$port" --json "$name" "$image"
 	local ck_wall
 	ck_wall=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
 	say "$(grep -m1 '^==> checkpoint:' <<<"$output") (wall ${ck_wall}s)"
 	say "checkpoint image: $(jq -r '"\(.image) \(.size / 1048576 | floor) MiB"' "$CK_JSON")"
 	run_nerdctl rm -f "$name"
 
-	port2=$(free_port)
+	port2=$port
 	t=$EPOCHREALTIME
 	run_gpu_engine "$name-r" "$to" "$port2" "$image"
 	local run_wall
