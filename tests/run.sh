@@ -34,7 +34,7 @@ done
 note "system tests (bats)"
 files=${REKINDLE_BATS_FILES:-$(ls tests/bats/*.bats)}
 log=$TMPDIR/bats.tap
-bats --tap --print-output-on-failure $files | tee "$log"
+bats --tap --print-output-on-failure ${REKINDLE_BATS_FLAGS:-} $files | tee "$log"
 while read -r line; do
 	case "$line" in
 	"ok "*"# skip"*) skipped=$((skipped + 1)) ;;

@@ -15,7 +15,18 @@ echo "== host"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv
 uname -r
 tar -C "$opt" -xJf "$bundle" || exit 1
-export PATH=$opt/bin:$opt/bats/bin:$PATH LD_LIBRARY_PATH=$opt/lib REKINDLE_BIN=$opt/bin
+# criu and jq need the Debian libraries packed beside them; only they get
+# them, so the host's Python and PyTorch keep the host's own.
+mkdir -p "$opt/libexec"
+for t in criu jq; do
+	[ -f "$opt/libexec/$t" ] || mv "$opt/bin/$t" "$opt/libexec/$t"
+	printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/libexec/%s "$@"\n' "$opt" "$opt" "$t" >"$opt/bin/$t"
+	chmod 0755 "$opt/bin/$t"
+done
+export PATH=$opt/bin:$opt/bats/bin:$PATH REKINDLE_BIN=$opt/bin
+# CRIU's CUDA plugin runs our cuda-checkpoint, whose output CRIU drops on
+# success: have it log every step here.
+export REKINDLE_CUDA_CHECKPOINT_LOG=$out/cuda-checkpoint.log
 # criu was built with PREFIX=/usr/local: its plugins live there.
 install -D -m 0644 "$opt/lib/criu/cuda_plugin.so" /usr/local/lib/criu/cuda_plugin.so
 sysctl -qw kernel.io_uring_disabled=2 || echo "warning: cannot disable io_uring"
@@ -25,8 +36,11 @@ nvidia-ctk cdi list
 criu check || echo "warning: criu check failed"
 
 export REKINDLE_BATS_FILES=${REKINDLE_BATS_FILES:-tests/bats/500-gpu.bats}
+export REKINDLE_BATS_FLAGS=--no-tempdir-cleanup
 "$root/tests/run.sh"
 rc=$?
-# containerd logs of each test file, for the record.
-find /tmp/rekindle-test -name containerd.log -size -8M -exec sh -c 'cat "$1" >> "$2"' _ {} "$out/containerd.log" \; 2>/dev/null
+# Every log the tests kept (containerd's, the containers'), in one archive:
+# what comes back from a lent machine is a few files.
+find /tmp/rekindle-test -name '*.log' -size -8M -print0 2>/dev/null |
+	tar --null -czf "$out/logs.tgz" -T - 2>/dev/null || true
 exit $rc
