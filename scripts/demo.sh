@@ -75,7 +75,7 @@ restore() {
 	t3=$(now)
 	[ "$after" = "$before" ] || die "$name answered \"$after\", before the checkpoint \"$before\""
 	read -r setup criu < <(grep "restored from checkpoint image" "$dir/containerd.log" | tail -1 |
-		sed -n 's/.*container-setup=\([0-9.]*\)s criu-restore=\([0-9.]*\)s.*/\1 \2/p')
+		sed -n 's/.*container-setup=\([0-9.]*\)s .*criu-restore=\([0-9.]*\)s.*/\1 \2/p')
 	printf 'container-setup %.2fs  criu-restore %.2fs  nerdctl-run %.2fs  wake %.2fs  first-token %.2fs  total %.2fs\n' \
 		"${setup:-0}" "${criu:-0}" "$(secs "$t0" "$t1")" "$(jq -r .resume_seconds <<<"$status")" \
 		"$(secs "$t2" "$t3")" "$(secs "$t0" "$t3")"

@@ -23,6 +23,23 @@ for t in criu jq; do
 	printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/libexec/%s "$@"\n' "$opt" "$opt" "$t" >"$opt/bin/$t"
 	chmod 0755 "$opt/bin/$t"
 done
+# runc keeps CRIU's dump.log and restore.log only until the shim cleans up:
+# a wrapper copies them out, so a failed restore can be read afterwards.
+criulogs=/tmp/rekindle-test-criu-logs
+rm -rf "$criulogs" && mkdir -p "$criulogs"
+[ -f "$opt/libexec/runc" ] || mv "$opt/bin/runc" "$opt/libexec/runc"
+cat >"$opt/bin/runc" <<WRAPPER
+#!/bin/sh
+"$opt/libexec/runc" "\$@"
+rc=\$?
+w=; prev=
+for a in "\$@"; do [ "\$prev" = --work-path ] && w=\$a; prev=\$a; done
+for f in "\$w/restore.log" "\$w/dump.log"; do
+	[ -n "\$w" ] && [ -f "\$f" ] && cp "\$f" "$criulogs/\$(date +%s.%N)-rc\$rc-\$(basename "\$f")"
+done
+exit \$rc
+WRAPPER
+chmod 0755 "$opt/bin/runc"
 export PATH=$opt/bin:$opt/bats/bin:$PATH REKINDLE_BIN=$opt/bin
 # CRIU's CUDA plugin runs our cuda-checkpoint, whose output CRIU drops on
 # success: have it log every step here.
@@ -41,6 +58,6 @@ export REKINDLE_BATS_FLAGS=--no-tempdir-cleanup
 rc=$?
 # Every log the tests kept (containerd's, the containers'), in one archive:
 # what comes back from a lent machine is a few files.
-find /tmp/rekindle-test -name '*.log' -size -8M -print0 2>/dev/null |
+find /tmp/rekindle-test "$criulogs" -name '*.log' -size -8M -print0 2>/dev/null |
 	tar --null -czf "$out/logs.tgz" -T - 2>/dev/null || true
 exit $rc
