@@ -51,16 +51,10 @@ mkdir -p /etc/cdi
 nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml >"$out/cdi.log" 2>&1 || { tail "$out/cdi.log"; exit 1; }
 nvidia-ctk cdi list
 criu check || echo "warning: criu check failed"
-# CRIU's mount engine v2 fails to restore some of the file bind mounts CDI
-# adds (seen on a lent H100: "mnt-v2: Can't remount .../mnt-N with
-# MS_PRIVATE: Invalid argument" for /usr/share/glvnd/egl_vendor.d/10_nvidia.json);
-# runc reads CRIU options from /etc/criu/runc.conf. REKINDLE_CRIU_CONF=""
-# leaves the host's file alone.
-if [ -n "${REKINDLE_CRIU_CONF-mntns-compat-mode}" ]; then
-	mkdir -p /etc/criu
-	printf '%s\n' "${REKINDLE_CRIU_CONF-mntns-compat-mode}" >/etc/criu/runc.conf
-	echo "== /etc/criu/runc.conf: $(cat /etc/criu/runc.conf)"
-fi
+# Seen on a lent H100 (2026-11-23): CRIU's mount engine v2 failed to restore
+# a CDI file mount ("mnt-v2: Can't remount .../mnt-N with MS_PRIVATE: Invalid
+# argument" for /usr/share/glvnd/egl_vendor.d/10_nvidia.json). Record how the
+# host has that file, for the next run to compare.
 ls -la /usr/share/glvnd/egl_vendor.d/ 2>&1 | head -5
 findmnt -T /usr/share/glvnd/egl_vendor.d/10_nvidia.json 2>&1 | head -3
 
