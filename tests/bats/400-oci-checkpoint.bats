@@ -264,3 +264,24 @@ no_container() {
 	[ "$status" -ne 0 ] || die "nerdctl run of a truncated image succeeded"
 	no_container tdst2 || die "a container was left behind"
 }
+
+@test "an established TCP connection fails the dump: CRIU's log is kept, the engine resumes" {
+	local port image=rekindle.local/ckpt:tcp
+	port=$(free_port)
+	start_engine tcpsrc "$port"
+	# A client inside the container holds a connection to the engine open.
+	run_nerdctl exec -d tcpsrc python3 -c \
+		'import socket, time; s = socket.create_connection(("127.0.0.1", 30000)); time.sleep(600)'
+	sleep 1
+	ocicp 1 create tcpsrc "$image"
+	[[ $output == *"dump: "* ]] || die "the error does not name the dump"
+	[[ $output == *"the engine was resumed and is running"* ]] || die "the error does not say the engine runs"
+	local log
+	log=$(grep -o '/[^ ]*oci-checkpoint-dump-[^ ]*\.log' <<<"$output" | head -1)
+	[ -f "$log" ] || die "CRIU's dump.log was not kept (output: $output)"
+	grep -qi "tcp" "$log" || die "CRIU's log does not mention the TCP connection: $(grep Error "$log")"
+	rm -f "$log"
+	is "$(state_of "$port" loaded)" "true" "weights reloaded after the failed dump"
+	run_nerdctl 1 image inspect "$image"
+	run_nerdctl rm -f tcpsrc
+}

@@ -295,12 +295,22 @@ func withOptions(workPath string, exit bool) client.CheckpointTaskOpts {
 	}
 }
 
+// criuLog keeps CRIU's dump.log of a failed dump, which would go with the
+// work directory, and says where it is.
 func criuLog(dir string) string {
-	p := filepath.Join(dir, crmetadata.DumpLogFile)
-	if _, err := os.Stat(p); err != nil {
+	b, err := os.ReadFile(filepath.Join(dir, crmetadata.DumpLogFile))
+	if err != nil {
 		return "none written"
 	}
-	return p + " (kept only while oci-checkpoint runs; rerun with --work-dir to keep it)"
+	f, err := os.CreateTemp("", "oci-checkpoint-dump-*.log")
+	if err != nil {
+		return "not kept: " + err.Error()
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		return "not kept: " + err.Error()
+	}
+	return f.Name()
 }
 
 func waitHealthy(ctx context.Context, eng *engine.Client, health engine.Call, timeout time.Duration) error {

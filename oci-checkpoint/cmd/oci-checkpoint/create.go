@@ -1,0 +1,125 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"rekindle.local/oci-checkpoint/pkg/checkpoint"
+	"rekindle.local/oci-checkpoint/pkg/engine"
+)
+
+var createCmd = &cli.Command{
+	Name:      "create",
+	Usage:     "quiesce a running engine container, checkpoint it and store it as an image",
+	ArgsUsage: "CONTAINER IMAGE",
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "engine", Value: "sglang", Usage: "engine profile: " + strings.Join(engine.Names, ", ")},
+		&cli.IntFlag{Name: "port", Usage: "engine HTTP port inside the container (default: sglang 30000, vllm 8000)"},
+		&cli.StringFlag{Name: "url", Usage: "reach the engine at this URL from the host instead of inside the container's network namespace"},
+		&cli.StringSliceFlag{Name: "quiesce", Usage: "quiesce call, 'POST /path [JSON]' or 'exec COMMAND'; replaces the profile's (repeatable)"},
+		&cli.StringSliceFlag{Name: "resume", Usage: "resume call, same forms; replaces the profile's (repeatable)"},
+		&cli.StringFlag{Name: "health", Usage: "health call, e.g. 'GET /health'"},
+		&cli.DurationFlag{Name: "health-timeout", Value: 10 * time.Minute, Usage: "how long to wait for the engine to be healthy"},
+		&cli.DurationFlag{Name: "quiesce-timeout", Value: 5 * time.Minute, Usage: "how long the quiesce calls may take"},
+		&cli.DurationFlag{Name: "wake-deadline", Value: 10 * time.Minute, Usage: "how long the helper retries the resume calls after a restore"},
+		&cli.StringFlag{Name: "wake-binary", Usage: "the static rekindle-wake to inject (default: beside oci-checkpoint)"},
+		&cli.BoolFlag{Name: "leave-running", Usage: "resume the engine after the dump instead of stopping the container"},
+		&cli.StringFlag{Name: "output", Usage: "oci-archive:PATH writes an OCI archive instead of storing the image"},
+		&cli.StringFlag{Name: "work-dir", Usage: "where the checkpoint is assembled (needs room for it; default $TMPDIR)"},
+		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout"},
+	},
+	Action: func(cc *cli.Context) error {
+		if cc.NArg() != 2 {
+			return cli.Exit("usage: oci-checkpoint create [flags] CONTAINER IMAGE", 2)
+		}
+		p, err := profile(cc)
+		if err != nil {
+			return cli.Exit(err, 2)
+		}
+		o := checkpoint.Options{
+			Container: cc.Args().Get(0), Image: cc.Args().Get(1), Engine: p, URL: cc.String("url"),
+			HealthTimeout: cc.Duration("health-timeout"), QuiesceTimeout: cc.Duration("quiesce-timeout"),
+			WakeDeadline: cc.Duration("wake-deadline"), WakeBinary: cc.String("wake-binary"),
+			LeaveRunning: cc.Bool("leave-running"), WorkDir: cc.String("work-dir"), Progress: os.Stderr,
+		}
+		if out := cc.String("output"); out != "" {
+			path, ok := strings.CutPrefix(out, "oci-archive:")
+			if !ok || path == "" {
+				return cli.Exit(fmt.Sprintf("--output %q: want oci-archive:PATH", out), 2)
+			}
+			o.OCIArchive = path
+		}
+		if o.WakeBinary == "" {
+			self, _ := os.Executable()
+			o.WakeBinary = filepath.Join(filepath.Dir(self), "rekindle-wake")
+		}
+		c, ctx, cancel, err := connect(cc)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		defer c.Close()
+		start := time.Now()
+		res, err := checkpoint.Create(ctx, c, o)
+		if err != nil {
+			return err
+		}
+		var parts []string
+		for _, ph := range res.Phases {
+			parts = append(parts, fmt.Sprintf("%s %.2fs", ph.Name, ph.Seconds))
+		}
+		where := res.Image
+		if res.OCIArchive != "" {
+			where = res.OCIArchive
+		}
+		fmt.Fprintf(os.Stderr, "==> checkpoint: %s\n==> wrote %s (%s, %.1f MiB) in %.2fs\n",
+			strings.Join(parts, "  "), where, res.Digest, float64(res.Size)/(1<<20), time.Since(start).Seconds())
+		if cc.Bool("json") {
+			return printJSON(res)
+		}
+		return nil
+	},
+}
+
+func profile(cc *cli.Context) (engine.Profile, error) {
+	p, err := engine.Lookup(cc.String("engine"), cc.Int("port"))
+	if err != nil {
+		return p, err
+	}
+	if q := cc.StringSlice("quiesce"); len(q) > 0 {
+		if p.Quiesce, err = parseCalls(q); err != nil {
+			return p, err
+		}
+	}
+	if r := cc.StringSlice("resume"); len(r) > 0 {
+		if p.Resume, err = parseCalls(r); err != nil {
+			return p, err
+		}
+	}
+	if h := cc.String("health"); h != "" {
+		if p.Health, err = engine.ParseCall(h); err != nil {
+			return p, err
+		}
+	}
+	if len(p.Quiesce) == 0 || len(p.Resume) == 0 {
+		return p, fmt.Errorf("engine %s needs --quiesce and --resume calls", p.Name)
+	}
+	return p, nil
+}
+
+func parseCalls(ss []string) ([]engine.Call, error) {
+	var out []engine.Call
+	for _, s := range ss {
+		c, err := engine.ParseCall(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"rekindle.local/oci-checkpoint/pkg/checkpoint"
+	"rekindle.local/oci-checkpoint/pkg/hostinfo"
+)
+
+// report is what inspect and check print.
+type report struct {
+	Image       string             `json:"image"`
+	Local       bool               `json:"local"`
+	Checkpoint  bool               `json:"checkpoint"`
+	LayerSize   int64              `json:"layer_size"`
+	LayerDigest string             `json:"layer_digest"`
+	Engine      string             `json:"engine,omitempty"`
+	BaseImage   string             `json:"base_image,omitempty"`
+	Created     string             `json:"created,omitempty"`
+	GPUs        []string           `json:"gpus"`
+	Phases      map[string]float64 `json:"phases,omitempty"`
+	Annotations map[string]string  `json:"annotations"`
+	Restorable  bool               `json:"restorable_here"`
+	Problems    []string           `json:"problems"`
+	Notes       []string           `json:"notes"`
+}
+
+func inspect(cc *cli.Context) (*report, error) {
+	if cc.NArg() != 1 {
+		return nil, cli.Exit("usage: oci-checkpoint "+cc.Command.Name+" IMAGE", 2)
+	}
+	c, ctx, cancel, err := connect(cc)
+	if err != nil {
+		return nil, err
+	}
+	defer cancel()
+	defer c.Close()
+	name, m, local, err := checkpoint.Manifest(ctx, c, cc.Args().First())
+	if err != nil {
+		return nil, err
+	}
+	ann := m.Annotations
+	r := &report{Image: name, Local: local, Annotations: ann, GPUs: []string{}, Problems: []string{}, Notes: []string{}}
+	_, r.Checkpoint = ann["org.criu.checkpoint.container.name"]
+	if _, ok := ann["io.kubernetes.cri-o.annotations.checkpoint.name"]; ok {
+		r.Checkpoint = true
+	}
+	if !r.Checkpoint {
+		return r, fmt.Errorf("%s is not a checkpoint image (no checkpoint annotation on its manifest)", name)
+	}
+	for _, l := range m.Layers {
+		r.LayerSize += l.Size
+		r.LayerDigest = l.Digest.String()
+	}
+	r.Engine, r.BaseImage, r.Created = ann[hostinfo.AnnotEngine], ann[hostinfo.AnnotSourceImage], ann[hostinfo.AnnotCreated]
+	if u := ann[hostinfo.AnnotGPUUUIDs]; u != "" {
+		r.GPUs = strings.Split(u, ",")
+	}
+	r.Phases = checkpoint.Phases(ann, hostinfo.AnnotPhases)
+	problems, notes := hostinfo.Check(ann, hostinfo.Read())
+	for _, p := range problems {
+		r.Problems = append(r.Problems, p.String())
+	}
+	r.Notes = append(r.Notes, notes...)
+	r.Restorable = len(problems) == 0
+	return r, nil
+}
+
+func printReport(r *report) {
+	fmt.Printf("Image:       %s (%s)\n", r.Image, map[bool]string{true: "local", false: "registry, manifest only"}[r.Local])
+	fmt.Printf("Engine:      %s\n", r.Engine)
+	fmt.Printf("Base image:  %s\n", r.BaseImage)
+	fmt.Printf("Created:     %s\n", r.Created)
+	fmt.Printf("Layer:       %s (%.1f MiB)\n", r.LayerDigest, float64(r.LayerSize)/(1<<20))
+	fmt.Printf("CPU:         %s (%s)\n", r.Annotations[hostinfo.AnnotCPUModel], r.Annotations[hostinfo.AnnotCPUFlags])
+	fmt.Printf("Kernel:      %s   CRIU: %s\n", r.Annotations[hostinfo.AnnotKernel], r.Annotations[hostinfo.AnnotCRIU])
+	if len(r.GPUs) > 0 {
+		fmt.Printf("GPUs:        %d x %s, driver %s, CUDA %s\n", len(r.GPUs), r.Annotations[hostinfo.AnnotGPUModel], r.Annotations[hostinfo.AnnotDriver], r.Annotations[hostinfo.AnnotCUDA])
+		for _, g := range r.GPUs {
+			fmt.Printf("             %s\n", g)
+		}
+	} else {
+		fmt.Printf("GPUs:        none\n")
+	}
+	if len(r.Phases) > 0 {
+		var names []string
+		for n := range r.Phases {
+			names = append(names, n)
+		}
+		sort.Strings(names)
+		var parts []string
+		for _, n := range names {
+			parts = append(parts, fmt.Sprintf("%s %.2fs", n, r.Phases[n]))
+		}
+		fmt.Printf("Checkpoint:  %s\n", strings.Join(parts, "  "))
+	}
+	if r.Restorable {
+		fmt.Printf("This host:   can restore it\n")
+	} else {
+		fmt.Printf("This host:   CANNOT restore it\n")
+	}
+	for _, p := range r.Problems {
+		fmt.Printf("  - %s\n", p)
+	}
+	for _, n := range r.Notes {
+		fmt.Printf("  note: %s\n", n)
+	}
+}
+
+var inspectCmd = &cli.Command{
+	Name:      "inspect",
+	Usage:     "show a checkpoint image's engine, host facts, GPUs, sizes and phase times, from its manifest",
+	ArgsUsage: "IMAGE",
+	Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+	Action: func(cc *cli.Context) error {
+		r, err := inspect(cc)
+		if err != nil {
+			return err
+		}
+		if cc.Bool("json") {
+			return printJSON(r)
+		}
+		printReport(r)
+		return nil
+	},
+}
+
+var checkCmd = &cli.Command{
+	Name:      "check",
+	Usage:     "exit non-zero, saying why, when this host cannot restore IMAGE (reads the manifest only)",
+	ArgsUsage: "IMAGE",
+	Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+	Action: func(cc *cli.Context) error {
+		r, err := inspect(cc)
+		if err != nil {
+			return err
+		}
+		if cc.Bool("json") {
+			printJSON(r)
+		}
+		if !r.Restorable {
+			return cli.Exit(fmt.Sprintf("this host cannot restore %s:\n  %s", r.Image, strings.Join(r.Problems, "\n  ")), 1)
+		}
+		if !cc.Bool("json") {
+			fmt.Printf("%s: this host can restore it\n", r.Image)
+			for _, n := range r.Notes {
+				fmt.Printf("  note: %s\n", n)
+			}
+		}
+		return nil
+	},
+}
