@@ -3,10 +3,12 @@
 # restores the checkpointed process, through the extracted-checkpoint cache,
 # with the base image taken from the local store.
 #
-# The checkpoint images are made here the way oci-checkpoint makes them:
-# `nerdctl checkpoint create` for the CRIU images, then the checkpointctl
-# layout (checkpoint/, spec.dump, config.dump, rootfs-diff.tar,
-# deleted.files) packaged as a one-layer OCI image.
+# The checkpoint images are made here without oci-checkpoint: `nerdctl
+# checkpoint create` for the CRIU images, then the plain checkpointctl layout
+# (checkpoint/, spec.dump, config.dump, rootfs-diff.tar, deleted.files)
+# packaged as a one-layer OCI image with no Rekindle annotations, so these
+# tests show the patches restore any image in that format, not only ours
+# (400-oci-checkpoint.bats covers oci-checkpoint's images).
 
 load helpers
 
