@@ -24,6 +24,11 @@ imports = []
   enable_cdi = true
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   netns_mounts_under_state_dir = true
+  # CRI CreateContainer restores checkpoint images (crictl, kubelet).
+  enable_experimental_restore_via_create = true
+  # Pod sandboxes ask for oom_score_adj -998; where containerd may not lower
+  # it (no CAP_SYS_RESOURCE, as on the dev VM) they get containerd's own.
+  restrict_oom_score_adj = true
 
 [plugins.'io.containerd.cri.v1.runtime'.cni]
   bin_dirs = ["$bin/cni"]
