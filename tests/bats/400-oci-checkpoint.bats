@@ -285,3 +285,27 @@ no_container() {
 	run_nerdctl 1 image inspect "$image"
 	run_nerdctl rm -f tcpsrc
 }
+
+@test "--output oci-archive writes an archive that nerdctl loads and restores" {
+	local port image=rekindle.local/ckpt:archive archive=$BATS_TEST_TMPDIR/ckpt.tar
+	port=$(free_port)
+	start_engine asrc "$port"
+	local before
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	ocicp create --output "oci-archive:$archive" asrc "$image"
+	[ -s "$archive" ] || die "no archive at $archive"
+	[ ! -e "$archive.partial" ] || die "a partial archive was left behind"
+	run_nerdctl 1 image inspect "$image"
+	run_nerdctl rm -f asrc
+
+	run_nerdctl load -i "$archive"
+	port=$(free_port)
+	run_nerdctl run -d --name adst -p "127.0.0.1:$port:30000" "$image"
+	wait_for "the wake helper's status" 30 status_of adst
+	is "$(jq -r .outcome <<<"$(status_of adst)")" "resumed" "helper outcome"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after restore"
+	run_nerdctl rm -f adst
+
+	ocicp 2 create --output tar:/tmp/x asrc "$image"
+	[[ $output == *"want oci-archive:PATH"* ]] || die "a bad --output is not explained"
+}

@@ -72,7 +72,7 @@ func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Cont
 	return f.Close()
 }
 
-// writeDumps writes spec.dump and config.dump.
+// writeDumps writes spec.dump, config.dump and status.dump.
 func writeDumps(ctx context.Context, c *client.Client, ctr client.Container, info containers.Container, dir string, at time.Time) error {
 	if info.Spec == nil {
 		return fmt.Errorf("container %s has no spec", ctr.ID())
@@ -94,6 +94,17 @@ func writeDumps(ctx context.Context, c *client.Client, ctr client.Container, inf
 		CreatedTime:     info.CreatedAt,
 		CheckpointedAt:  at,
 	}, dir, crmetadata.ConfigDumpFile)
+	if err != nil {
+		return err
+	}
+	// status.dump is CRI's ContainerStatus of the container; containerd's
+	// CRI restore reads the container's name and image from it. Only those
+	// are written: the rest describes a pod this container may not be in.
+	status := map[string]any{
+		"metadata": map[string]any{"name": containerName(ctr.ID(), info.Labels)},
+		"image":    map[string]any{"image": info.Image},
+	}
+	_, err = crmetadata.WriteJSONFile(status, dir, crmetadata.StatusDumpFile)
 	return err
 }
 
