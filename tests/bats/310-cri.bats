@@ -264,12 +264,7 @@ logged() {
 	ctr=$(engine_config "$image" "$port")
 	cri_do runp "$pod"
 	POD=$output
-	if ! CTR=$(cri create "$POD" "$ctr" "$pod" 2>"$err"); then
-		cat "$err" >&2
-		grep -q 'failed to read \\"status.dump\\"' "$err" &&
-			skip "known gap (issue 3): CRI's CreateContainer requires status.dump, which oci-checkpoint does not write"
-		die "crictl create of $image failed"
-	fi
+	CTR=$(cri create "$POD" "$ctr" "$pod" 2>"$err") || die "crictl create of $image failed: $(cat "$err")"
 	cri_do start "$CTR"
 	wait_healthy "$port"
 	wait_for "the wake helper's status" 30 cri exec "$CTR" cat /.rekindle/status
