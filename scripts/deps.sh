@@ -16,6 +16,8 @@ pkgs=(
 	debootstrap umoci busybox-static python3 python3-pytest psmisc
 	# provisioning (ansible/) and its tests: playbook, linter, systemd-analyze
 	ansible-core ansible-lint systemd
+	# benchmarks: scripts/bench-report.py draws the timeline chart (make bench)
+	python3-matplotlib
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,403 @@
+#!/usr/bin/env bash
+# bench.sh: cold start vs first restore vs cached restore of a reference
+# engine, side by side in one run, with the floors the hardware sets,
+# measured in the same run. Run by `make bench` (CPU engine); scripts/gpu-bench.sh
+# runs it for the GPU engine on a GPU host (BENCH_ENGINE=gpu).
+#
+# Every repetition, in this order, under a private containerd:
+#   cold    nerdctl run the engine image -> first /generate answer
+#   (checkpoint it with oci-checkpoint create: a new image, so a cold cache)
+#   first   nerdctl run the new checkpoint image (extracted-checkpoint cache
+#           empty) -> first /generate answer
+#   cached  nerdctl run it again (cache filled by `first`) -> first answer
+#   floors  memcpy bandwidth; disk read of the checkpoint's pages files with
+#           the page cache dropped; (GPU) pinned host-to-device bandwidth
+# then the checkpoint image is removed (its cache goes with it).
+#
+# Phases come from containerd's log (patch 0004: container-setup, criu-restore),
+# from the wake helper's /.rekindle/status (woke_at, done_at) and from a poller
+# that asks /health every few ms from before `nerdctl run` and sends the first
+# /generate the moment the engine is healthy.
+#
+# Environment:
+#   BENCH_REPS         repetitions (5)
+#   BENCH_ENGINE       cpu | gpu (cpu)
+#   BENCH_STATE_MB     CPU engine: ENGINE_STATE_MB, resident memory the checkpoint holds (2000)
+#   BENCH_DROP_CACHES  1: drop the page cache before cold start and first restore (1)
+#   BENCH_DIR          the private containerd's folder (/tmp/rekindle-bench)
+#   BENCH_OUT          where results go (build/bench)
+#   BENCH_RUN_FLAGS    extra `nerdctl run` flags (gpu-bench.sh passes the GPU's here)
+#   BENCH_PORT         GPU engine: the port it listens on (host network) (30000)
+#   BENCH_TASK_STATE_TIMEOUT  containerd's task state timeout for this run (120s; empty: keep 2 s, see below)
+#   BENCH_EXTRA_BANDWIDTH  a command printing a JSON object of more floors, run each repetition
+#
+# Output: BENCH_OUT/ENGINE-TIMESTAMP.{json,png,md} and latest-ENGINE.{json,png,md}.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/lib.sh"
+need_root
+bin=${REKINDLE_BIN:-$root/build/bin}
+engine=${BENCH_ENGINE:-cpu}
+reps=${BENCH_REPS:-5}
+state_mb=${BENCH_STATE_MB:-2000}
+drop=${BENCH_DROP_CACHES:-1}
+dir=$(realpath -m "${BENCH_DIR:-/tmp/rekindle-bench}")
+out=$(realpath -m "${BENCH_OUT:-$root/build/bench}")
+images=${BENCH_IMAGES:-$root/build/images}
+read -r -a extra_flags <<<"${BENCH_RUN_FLAGS:-}"
+case "$engine" in
+cpu) engine_image=rekindle.local/cpu-engine:latest tars="base cpu-engine" ;;
+gpu) engine_image=rekindle.local/gpu-engine:latest tars="gpu-engine" ;;
+*) die "BENCH_ENGINE must be cpu or gpu, not $engine" ;;
+esac
+[[ $reps =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer"
+for t in oci-checkpoint rekindle-wake nerdctl containerd ctr; do
+	[ -x "$bin/$t" ] || die "$bin/$t is missing: run 'make build' first"
+done
+for i in $tars; do
+	[ -f "$images/$i.tar" ] || die "$images/$i.tar is missing: run 'make images'"
+done
+need_tool jq python3 dd
+# The chart needs Debian's matplotlib, which the system interpreter has
+# (python3 on PATH may be another one).
+report_py=${BENCH_PYTHON:-/usr/bin/python3}
+[ -x "$report_py" ] || report_py=python3
+
+if [ -e "$dir/containerd.pid" ]; then
+	note "stopping the containerd an earlier bench left in $dir"
+	"$root/scripts/containerd-down.sh" "$dir" >/dev/null 2>&1 || true
+fi
+rm -rf "$dir"
+mkdir -p "$dir" "$out"
+cleanup() {
+	"$root/scripts/containerd-down.sh" "$dir" >/dev/null 2>&1 || true
+}
+trap cleanup EXIT
+"$root/scripts/containerd-up.sh" "$dir"
+export CONTAINERD_ADDRESS=$dir/containerd.sock PATH=$bin:$PATH
+
+# containerd gives a task's State call 2 s (io.containerd.timeout.task.state).
+# While the shim restores a large checkpoint, State waits for the restore;
+# nerdctl's logging process asks for it, gets DeadlineExceeded, gives up and
+# closes the container's stdout/stderr: the restored engine then dies on
+# EPIPE at its first log line and never answers (seen here with a 2 GB
+# checkpoint: CRIU restore 4-8 s). Until the stack's containerd config sets
+# a longer timeout, restart this private containerd with one.
+state_timeout=${BENCH_TASK_STATE_TIMEOUT-120s}
+if [ -n "$state_timeout" ] && ! grep -q 'io.containerd.timeout.task.state' "$dir/config.toml"; then
+	pid=$(cat "$dir/containerd.pid")
+	kill -TERM "$pid"
+	for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+	kill -0 "$pid" 2>/dev/null && die "containerd (pid $pid) did not stop"
+	printf '\n[timeouts]\n  "io.containerd.timeout.task.state" = "%s"\n' "$state_timeout" >>"$dir/config.toml"
+	setsid "$bin/containerd" --config "$dir/config.toml" >>"$dir/containerd.log" 2>&1 </dev/null &
+	echo $! >"$dir/containerd.pid"
+	for _ in $(seq 100); do "$bin/ctr" version >/dev/null 2>&1 && break; sleep 0.2; done
+	"$bin/ctr" version >/dev/null 2>&1 || die "containerd did not come back with the longer task state timeout; see $dir/containerd.log"
+	note "containerd restarted with io.containerd.timeout.task.state = $state_timeout"
+fi
+n() { "$root/scripts/nerdctl.sh" "$dir" "$@"; }
+port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+drop_caches() {
+	[ "$drop" = 1 ] || return 0
+	sync
+	echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || die "cannot drop the page cache (echo 3 >/proc/sys/vm/drop_caches); set BENCH_DROP_CACHES=0"
+}
+
+note "loading $tars"
+for i in $tars; do n load -i "$images/$i.tar" >/dev/null; done
+
+# ---- measuring tools ---------------------------------------------------------
+
+# poll.py PORT PROMPT TIMEOUT: ask GET /health every 2 ms until it answers
+# 200, then POST /generate once; print the times (epoch seconds) as JSON.
+# A health poll gives up after 250 ms: while a container's network comes
+# up, a connection to the published port can be accepted and never answered
+# (seen here: 5 s stalls), and a long timeout would be counted as start time.
+cat >"$dir/poll.py" <<'PY'
+import http.client, json, sys, time
+port, prompt, timeout = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
+
+def call(method, path, body=None, wait=600.0):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=0.05)
+    try:
+        c.connect()
+        c.sock.settimeout(wait)
+        c.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
+        r = c.getresponse()
+        return r.status, r.read()
+    finally:
+        c.close()
+
+t_start, polls, last = time.time(), 0, ""
+while True:
+    polls += 1
+    try:
+        status, body = call("GET", "/health", wait=0.25)
+        if status == 200:
+            break
+        last = f"HTTP {status}"
+    except OSError as e:
+        last = str(e)
+    if time.time() - t_start > timeout:
+        print(json.dumps({"error": f"not healthy within {timeout}s: {last}", "polls": polls}))
+        sys.exit(1)
+    time.sleep(0.002)
+t_health = time.time()
+try:
+    status, body = call("POST", "/generate", prompt.encode())
+    answer = json.loads(body)
+    if status != 200:
+        raise ValueError(f"HTTP {status}: {body[:200]!r}")
+except (OSError, ValueError) as e:
+    print(json.dumps({"error": f"/generate failed: {e}", "t_health": t_health}))
+    sys.exit(1)
+t_answer = time.time()
+state = json.loads(call("GET", "/state", wait=60.0)[1])
+print(json.dumps({"t_poll_start": t_start, "t_health": t_health, "t_answer": t_answer, "polls": polls,
+                  "text": answer.get("text"), "output_ids": answer.get("output_ids"), "state": state}))
+PY
+
+# memcpy bandwidth: a C program when gcc is here, else Python's memmove
+# (bytearray slice assignment); both single-threaded, like a page copy.
+# "warm": into a buffer already faulted in; "fresh": into new pages, page
+# faults included, as a restore that maps and fills new memory does.
+memcpy_mb=${BENCH_MEMCPY_MB:-1024}
+if command -v gcc >/dev/null 2>&1; then
+	cat >"$dir/memcpy.c" <<'C'
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+
+static double now(void) {
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+static int cmp(const void *a, const void *b) {
+	double x = *(const double *)a, y = *(const double *)b;
+	return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+	size_t n = (size_t)(argc > 1 ? atol(argv[1]) : 1024) << 20;
+	enum { RUNS = 5 };
+	double warm[RUNS], fresh[RUNS];
+	char *src = malloc(n), *dst = malloc(n);
+	if (!src || !dst) { perror("malloc"); return 1; }
+	memset(src, 0xa5, n);
+	memset(dst, 0x5a, n);
+	for (int i = 0; i < RUNS; i++) {
+		double t = now();
+		memcpy(dst, src, n);
+		warm[i] = n / (now() - t) / 1e9;
+		char *f = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (f == MAP_FAILED) { perror("mmap"); return 1; }
+		t = now();
+		memcpy(f, src, n);
+		fresh[i] = n / (now() - t) / 1e9;
+		if (f[n - 1] != src[n - 1] || dst[0] != src[0]) return 1;
+		munmap(f, n);
+	}
+	qsort(warm, RUNS, sizeof *warm, cmp);
+	qsort(fresh, RUNS, sizeof *fresh, cmp);
+	printf("{\"method\": \"C memcpy\", \"bytes\": %zu, \"warm_gbps\": %.3f, \"warm_best_gbps\": %.3f, "
+	       "\"fresh_gbps\": %.3f, \"fresh_best_gbps\": %.3f}\n",
+	       n, warm[RUNS / 2], warm[RUNS - 1], fresh[RUNS / 2], fresh[RUNS - 1]);
+	return 0;
+}
+C
+	gcc -O2 -o "$dir/memcpy" "$dir/memcpy.c" || die "cannot compile $dir/memcpy.c"
+	memcpy_bw() { "$dir/memcpy" "$memcpy_mb"; }
+else
+	memcpy_bw() {
+		python3 - "$memcpy_mb" <<'PY'
+import json, statistics, sys, time
+n = int(sys.argv[1]) << 20
+src, dst = bytearray(b"\xa5") * n, bytearray(b"\x5a") * n
+warm, fresh = [], []
+for _ in range(5):
+    t = time.perf_counter(); dst[:] = src; warm.append(n / (time.perf_counter() - t) / 1e9)
+    f = bytearray(n)  # calloc: new, untouched pages
+    t = time.perf_counter(); f[:] = src; fresh.append(n / (time.perf_counter() - t) / 1e9)
+    del f
+print(json.dumps({"method": "python bytearray copy", "bytes": n,
+                  "warm_gbps": round(statistics.median(warm), 3), "warm_best_gbps": round(max(warm), 3),
+                  "fresh_gbps": round(statistics.median(fresh), 3), "fresh_best_gbps": round(max(fresh), 3)}))
+PY
+	}
+fi
+
+# disk_read FILE...: drop the page cache, read the files once; JSON.
+disk_read() {
+	local bytes t0 t1
+	bytes=$(du -cb "$@" | tail -1 | cut -f1)
+	sync
+	echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || { echo null; return; }
+	t0=$EPOCHREALTIME
+	cat "$@" | dd of=/dev/null bs=8M status=none
+	t1=$EPOCHREALTIME
+	awk -v b="$bytes" -v a="$t0" -v z="$t1" 'BEGIN { printf "{\"bytes\": %d, \"seconds\": %.4f, \"gbps\": %.3f}\n", b, z - a, b / (z - a) / 1e9 }'
+}
+
+# Extra floors an engine adds: BENCH_EXTRA_BANDWIDTH names a command that
+# prints a JSON object (gpu-bench.sh: pinned host-to-device bandwidth).
+bench_extra_bandwidth() {
+	if [ -n "${BENCH_EXTRA_BANDWIDTH:-}" ]; then
+		$BENCH_EXTRA_BANDWIDTH || echo '{}'
+	else
+		echo '{}'
+	fi
+}
+
+# ---- one run -----------------------------------------------------------------
+
+prompt='{"text": "the quick brown fox", "max_new_tokens": 16}'
+[ "$engine" = gpu ] && prompt='{"text": "Rekindle restores warm GPU engines in seconds.", "sampling_params": {"max_new_tokens": 32}}'
+timeout=${BENCH_TIMEOUT:-$([ "$engine" = gpu ] && echo 900 || echo 120)}
+gpu_port=${BENCH_PORT:-30000}
+
+# run_flags PORT: the `nerdctl run` flags of both the engine and its restores.
+run_flags() {
+	if [ "$engine" = cpu ]; then
+		echo "-p 127.0.0.1:$1:30000"
+	else
+		echo "--network host"
+	fi
+}
+
+# measure PATH REP NAME IMAGE [FLAGS...]: nerdctl run IMAGE with the poller
+# watching; append the run's record to $dir/runs.jsonl.
+measure() {
+	local path=$1 rep=$2 name=$3 image=$4
+	shift 4
+	local p=$gpu_port id t0 t1 poll status="null" timings="{}" cache="" begun="null"
+	[ "$engine" = cpu ] && p=$(port)
+	python3 "$dir/poll.py" "$p" "$prompt" "$timeout" >"$dir/poll.json" &
+	local poller=$!
+	t0=$EPOCHREALTIME
+	# shellcheck disable=SC2046
+	id=$(n run -d --name "$name" $(run_flags "$p") "${extra_flags[@]}" "$@" "$image") ||
+		{ kill "$poller" 2>/dev/null; die "$path: nerdctl run $image failed"; }
+	t1=$EPOCHREALTIME
+	wait "$poller" || { n logs "$name" 2>&1 | tail -20 >&2; die "$path (rep $rep): $(cat "$dir/poll.json")"; }
+	poll=$(cat "$dir/poll.json")
+	if [ "$path" != cold ]; then
+		status=$(n exec "$name" cat /.rekindle/status) || die "$path: no /.rekindle/status in $name"
+		[ "$(jq -r .outcome <<<"$status")" = resumed ] || die "$path: resume failed: $(jq -r .error <<<"$status")"
+		# containerd's line for this container, e.g. "restored from checkpoint
+		# image X: container-setup=0.012s [task-create=0.03s] criu-restore=0.64s total=0.68s"
+		timings=$(grep "restored from checkpoint image" "$dir/containerd.log" | grep -F "$id" | tail -1 |
+			sed 's/.*restored from checkpoint image [^ ]*: //; s/" .*//; s/"$//' |
+			tr ' ' '\n' | sed -n 's/^\([a-z-]*\)=\([0-9.]*\)s$/"\1": \2/p' | paste -sd, | sed 's/^/{/; s/$/}/')
+		[ "$timings" != "{}" ] || note "warning: no restore timings for $id in containerd's log"
+		# When the tasks service began the restore (patch 0001 logs it): what
+		# came before is nerdctl's own work (image unpack, container create).
+		begun=$(grep -F "$id" "$dir/containerd.log" | grep "restoring instead of starting" | tail -1 |
+			sed -n 's/^time="\([^"]*\)".*/"\1"/p')
+		grep -q "checkpoint cache miss" <(sed -n "$log_mark,\$p" "$dir/containerd.log") && cache=miss || cache=hit
+	fi
+	log_mark=$(($(wc -l <"$dir/containerd.log") + 1))
+	jq -cn --arg path "$path" --argjson rep "$rep" --arg id "$id" --arg image "$image" --arg cache "$cache" \
+		--argjson t0 "$t0" --argjson t1 "$t1" --argjson poll "$poll" --argjson status "$status" \
+		--argjson containerd "$timings" --argjson begun "${begun:-null}" \
+		'{path: $path, rep: $rep, container: $id, image: $image, t0: $t0, t_run_returned: $t1, restore_begun_at: $begun,
+		  cache: (if $cache == "" then null else $cache end), containerd: $containerd, status: $status} + $poll' \
+		>>"$dir/runs.jsonl"
+	# A restored engine must answer what it answered before the checkpoint.
+	local said
+	said=$(jq -c '[.text, .output_ids]' <<<"$poll")
+	if [ "$path" = cold ]; then
+		cold_said=$said
+	elif [ "$said" != "$cold_said" ]; then
+		die "$path (rep $rep) answered $said, the engine before the checkpoint $cold_said"
+	fi
+	jq -r --arg p "$path" '"    \($p): first answer after \(.t_answer - .t0 | . * 100 | round / 100)s"' <<<"$(tail -1 "$dir/runs.jsonl")" >&2
+}
+
+# ---- the run -----------------------------------------------------------------
+
+host=$(jq -n --arg nproc "$(nproc)" --arg cpu "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)" \
+	--arg kernel "$(uname -r)" --arg mem "$(awk '/^MemTotal/ {print $2 * 1024}' /proc/meminfo)" \
+	--arg hostname "$(hostname)" --arg load "$(cut -d' ' -f1-3 /proc/loadavg)" \
+	--arg containerd "$("$bin/containerd" --version | awk '{print $3}')" \
+	--arg criu "$("$bin/criu" --version 2>/dev/null | awk '/^Version/ {print $2}')" \
+	'{hostname: $hostname, nproc: ($nproc | tonumber), cpu_model: $cpu, kernel: $kernel,
+	  mem_bytes: ($mem | tonumber), loadavg_at_start: $load, containerd: $containerd, criu: $criu}')
+: >"$dir/runs.jsonl"
+: >"$dir/checkpoints.jsonl"
+: >"$dir/bandwidth.jsonl"
+log_mark=$(($(wc -l <"$dir/containerd.log") + 1))
+env_flags=()
+[ "$engine" = cpu ] && env_flags=(-e "ENGINE_STATE_MB=$state_mb")
+started=$(date -u +%Y%m%dT%H%M%SZ)
+
+for rep in $(seq "$reps"); do
+	note "repetition $rep of $reps"
+	image=rekindle.local/bench-checkpoint:$rep
+	drop_caches
+	measure cold "$rep" "bench-cold-$rep" "$engine_image" "${env_flags[@]}"
+
+	oci-checkpoint create --json ${BENCH_CHECKPOINT_FLAGS:-} "bench-cold-$rep" "$image" >"$dir/checkpoint.json" ||
+		die "oci-checkpoint create failed"
+	jq -c --argjson rep "$rep" '{rep: $rep, image, digest, size, phases}' "$dir/checkpoint.json" >>"$dir/checkpoints.jsonl"
+	note "    checkpoint: $(jq -r '[.phases[] | "\(.name) \(.seconds * 100 | round / 100)s"] | join("  ")' "$dir/checkpoint.json")"
+	n rm -f "bench-cold-$rep" >/dev/null
+
+	touch "$dir/mark"
+	sleep 0.01
+	drop_caches
+	measure first "$rep" "bench-first-$rep" "$image" "${env_flags[@]}"
+	n rm -f "bench-first-$rep" >/dev/null
+	measure cached "$rep" "bench-cached-$rep" "$image" "${env_flags[@]}"
+	n rm -f "bench-cached-$rep" >/dev/null
+
+	# The pages files that this checkpoint's first restore extracted, and the
+	# checkpoint layer it read them from.
+	# nerdctl run unpacks the image's layer as a snapshot of its own before
+	# containerd fills the cache: both hold the pages; take the cache's, the
+	# later (higher numbered) snapshot.
+	snap=$(find "$dir/root/io.containerd.snapshotter.v1.overlayfs/snapshots" -xdev -cnewer "$dir/mark" -type f \
+		-name 'pages-*.img' -path '*/fs/checkpoint/*' 2>/dev/null | sed 's|/fs/checkpoint/.*||' | sort -Vu | tail -1)
+	mapfile -t pages < <(find "${snap:-/nonexistent}/fs/checkpoint" -name 'pages-*.img' -type f 2>/dev/null)
+	[ ${#pages[@]} -gt 0 ] || die "no pages-*.img extracted under $dir/root for $image"
+	layer=$(sed -n "s/.*checkpoint cache miss: building .* of checkpoint layer \(sha256:[0-9a-f]*\).*/\1/p" "$dir/containerd.log" | tail -1)
+	blob=$dir/root/io.containerd.content.v1.content/blobs/sha256/${layer#sha256:}
+	layer_bytes=null
+	[ -n "$layer" ] && [ -f "$blob" ] && layer_bytes=$(stat -c %s "$blob")
+	pages_bytes=$(du -cb "${pages[@]}" | tail -1 | cut -f1)
+	mem=$(memcpy_bw)
+	disk=$(disk_read "${pages[@]}")
+	extra=$(bench_extra_bandwidth)
+	jq -cn --argjson rep "$rep" --argjson pages "$pages_bytes" --argjson layer "$layer_bytes" \
+		--argjson memcpy "$mem" --argjson disk "$disk" --argjson extra "$extra" \
+		'{rep: $rep, pages_bytes: $pages, layer_bytes: $layer, pages_files: '"${#pages[@]}"',
+		  memcpy: $memcpy, disk_read: $disk} + $extra' >>"$dir/bandwidth.jsonl"
+	note "    floors: memcpy $(jq -r .warm_gbps <<<"$mem") GB/s (fresh pages $(jq -r .fresh_gbps <<<"$mem")), disk read $(jq -r '.gbps // "n/a"' <<<"$disk") GB/s of $((pages_bytes >> 20)) MiB pages"
+	n rmi -f "$image" >/dev/null
+done
+
+result=$out/$engine-$started.json
+jq -n --arg engine "$engine" --arg started "$started" --arg finished "$(date -u +%Y%m%dT%H%M%SZ)" \
+	--argjson host "$host" --arg image "$engine_image" \
+	--argjson reps "$reps" --argjson state_mb "$([ "$engine" = cpu ] && echo "$state_mb" || echo null)" \
+	--argjson drop "$([ "$drop" = 1 ] && echo true || echo false)" \
+	--arg cmd "${BENCH_COMMAND:-$(realpath --relative-to="$root" "$0") (BENCH_REPS=$reps)}" \
+	--arg flags "${BENCH_RUN_FLAGS:-}" --arg st "$state_timeout" \
+	--slurpfile runs "$dir/runs.jsonl" --slurpfile checkpoints "$dir/checkpoints.jsonl" \
+	--slurpfile bandwidth "$dir/bandwidth.jsonl" \
+	'{schema: "rekindle-bench/1", engine: $engine, started: $started, finished: $finished, command: $cmd,
+	  host: $host,
+	  config: {reps: $reps, engine_image: $image, state_mb: $state_mb, drop_caches: $drop, run_flags: $flags,
+	          containerd_task_state_timeout: (if $st == "" then "2s (default)" else $st end)},
+	  runs: $runs, checkpoints: $checkpoints, bandwidth: $bandwidth}' >"$result"
+"$report_py" "$root/scripts/bench-report.py" "$result" \
+	--png "${result%.json}.png" --markdown "${result%.json}.md"
+for f in json png md; do
+	[ -f "${result%.json}.$f" ] && cp "${result%.json}.$f" "$out/latest-$engine.$f"
+done
+cat "${result%.json}.md"
+note "results: $result (and latest-$engine.{json,png,md} beside it)"

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# gpu-bench.sh [BUNDLE.tar.xz]: scripts/bench.sh for the GPU reference engine
+# (images/gpu-engine/) on a GPU host: cold start vs first restore vs cached
+# restore, side by side, plus the pinned host-to-device bandwidth and the
+# weight reload ratio (weights bytes / the engine's reload seconds, against
+# that bandwidth). Same JSON schema as the CPU run.
+#
+# Runs in tests/gpu/run.sh's environment: the stack unpacked in /opt/rekindle
+# (PATH=/opt/rekindle/bin), CRIU's CUDA plugin installed, a CDI spec in
+# /etc/cdi, io_uring disabled. Given BUNDLE (scripts/gpu-bundle.sh's
+# output), it prepares the host that way itself; without one it expects
+# tests/gpu/run.sh to have run in this boot.
+#
+# Environment (besides bench.sh's BENCH_REPS, BENCH_DROP_CACHES, BENCH_OUT...):
+#   GPU_BENCH_GPU        GPU index for every container (0)
+#   GPU_BENCH_GB         model size, ENGINE_PARAMS_GB (8: Qwen2.5-7B shapes, 12 layers)
+#   GPU_BENCH_PORT       engine port on the host network (30000)
+#   GPU_BENCH_H2D_MB     bytes copied per host-to-device measure (1024)
+#   REKINDLE_GPU_WEIGHTS host folder for the weights file (/var/tmp/rekindle-weights)
+#   REKINDLE_PYTHON      host interpreter with torch (python3)
+#   REKINDLE_WHEELS      folder with the torch_memory_saver wheel, when the host lacks it (.whl)
+#
+# Output: $OUT (when set, e.g. on a lent machine) or build/bench: gpu-TIMESTAMP.json,
+# .md and latest-gpu.*; the chart needs matplotlib, which GPU hosts may lack:
+# make it elsewhere with scripts/bench-report.py RESULT.json --png CHART.png.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/lib.sh"
+need_root
+opt=/opt/rekindle
+
+if [ $# -ge 1 ]; then
+	# The host preparation tests/gpu/run.sh does, without its tests.
+	bundle=$(realpath "$1")
+	mkdir -p "$opt/libexec"
+	tar -C "$opt" -xJf "$bundle" || die "cannot unpack $bundle into $opt"
+	for t in criu jq; do
+		[ -f "$opt/libexec/$t" ] || mv "$opt/bin/$t" "$opt/libexec/$t"
+		printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/libexec/%s "$@"\n' "$opt" "$opt" "$t" >"$opt/bin/$t"
+		chmod 0755 "$opt/bin/$t"
+	done
+	install -D -m 0644 "$opt/lib/criu/cuda_plugin.so" /usr/local/lib/criu/cuda_plugin.so
+	sysctl -qw kernel.io_uring_disabled=2 || note "warning: cannot disable io_uring"
+	mkdir -p /etc/cdi
+	PATH=$opt/bin:$PATH nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml >/dev/null 2>&1 ||
+		die "nvidia-ctk cdi generate failed"
+fi
+if [ -z "${REKINDLE_BIN:-}" ] && [ -x "$opt/bin/containerd" ]; then
+	export REKINDLE_BIN=$opt/bin PATH=$opt/bin:$PATH
+fi
+bin=${REKINDLE_BIN:-$root/build/bin}
+[ -x "$bin/containerd" ] || die "no stack in $bin: pass the bundle (scripts/gpu-bundle.sh) or run tests/gpu/run.sh first"
+[ -f /usr/local/lib/criu/cuda_plugin.so ] || die "CRIU's CUDA plugin is not in /usr/local/lib/criu: pass the bundle or run tests/gpu/run.sh first"
+ls /etc/cdi/*.yaml /var/run/cdi/*.yaml >/dev/null 2>&1 ||
+	die "no CDI spec in /etc/cdi: run 'nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml'"
+nvidia-smi -L >/dev/null 2>&1 || die "nvidia-smi -L fails: no GPU here"
+[ "$(sysctl -n kernel.io_uring_disabled 2>/dev/null || echo 0)" = 2 ] ||
+	note "warning: kernel.io_uring_disabled is not 2; an engine using io_uring cannot be checkpointed"
+
+images=$root/build/images
+[ -f "$images/gpu-engine.tar" ] || images=$bin/../images
+[ -f "$images/gpu-engine.tar" ] || die "gpu-engine.tar is in neither build/images nor $bin/../images"
+
+gpu=${GPU_BENCH_GPU:-0}
+gb=${GPU_BENCH_GB:-8}
+port=${GPU_BENCH_PORT:-30000}
+weights=${REKINDLE_GPU_WEIGHTS:-/var/tmp/rekindle-weights}
+py=$(command -v "${REKINDLE_PYTHON:-python3}") || die "no ${REKINDLE_PYTHON:-python3} on PATH"
+"$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
+	die "$py has no torch with CUDA: the GPU engine runs the host's Python + PyTorch (set REKINDLE_PYTHON)"
+work=$(mktemp -d /tmp/rekindle-gpu-bench.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+
+# torch_memory_saver: the host's, or installed from a wheel into a folder
+# that host-python.sh then binds into the container (as 500-gpu.bats does).
+site=
+if ! "$py" -c 'import torch_memory_saver' 2>/dev/null; then
+	wheels=${REKINDLE_WHEELS:-$root/.whl}
+	whl=$(ls "$wheels"/torch_memory_saver-*.whl 2>/dev/null | tail -1)
+	[ -n "$whl" ] || die "torch_memory_saver is not installed for $py and no wheel in $wheels (images/README.md says how to fetch it)"
+	site=$work/site
+	"$py" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$whl"
+fi
+mapfile -t pyflags < <(PYTHONPATH=${site}${site:+${PYTHONPATH:+:}}${PYTHONPATH:-} \
+	"$root/images/gpu-engine/host-python.sh" "$py") || die "images/gpu-engine/host-python.sh failed"
+
+# The weights file, written once, so no cold start measures its generation.
+mkdir -p "$weights"
+wfile=$weights/$(ENGINE_PARAMS_GB=$gb "$py" "$root/images/gpu-engine/server.py" config |
+	"$py" -c 'import json, os, sys; print(os.path.basename(json.load(sys.stdin)["weights_path"]))')
+if [ ! -f "$wfile" ]; then
+	note "writing the ${gb} GB weights file $wfile"
+	ENGINE_PARAMS_GB=$gb ENGINE_WEIGHTS_DIR=$weights ENGINE_MEMORY_SAVER=0 \
+		"$py" "$root/images/gpu-engine/server.py" make-weights >/dev/null ||
+		die "server.py make-weights failed"
+fi
+
+# Pinned (and pageable) host-to-device copy bandwidth, with torch; bench.sh
+# runs it each repetition, when no engine holds the GPU.
+cat >"$work/h2d.py" <<'PY'
+import json, statistics, sys, time
+import torch
+n = int(sys.argv[1]) << 20
+dev = torch.device("cuda", 0)
+dst = torch.empty(n, dtype=torch.uint8, device=dev)
+def bw(src, runs=7):
+    dst.copy_(src, non_blocking=True); torch.cuda.synchronize()  # warm up
+    out = []
+    for _ in range(runs):
+        t = time.perf_counter()
+        dst.copy_(src, non_blocking=True)
+        torch.cuda.synchronize()
+        out.append(n / (time.perf_counter() - t) / 1e9)
+    return out
+pinned = bw(torch.full((n,), 7, dtype=torch.uint8).pin_memory())
+pageable = bw(torch.full((n,), 7, dtype=torch.uint8))
+print(json.dumps({"h2d": {"bytes": n, "device": torch.cuda.get_device_name(dev),
+                          "pinned_gbps": round(statistics.median(pinned), 3), "pinned_best_gbps": round(max(pinned), 3),
+                          "pageable_gbps": round(statistics.median(pageable), 3)}}))
+PY
+printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES=%s exec %s %s %s\n' "$gpu" "$py" "$work/h2d.py" "${GPU_BENCH_H2D_MB:-1024}" >"$work/h2d"
+chmod 0755 "$work/h2d"
+
+export BENCH_ENGINE=gpu BENCH_IMAGES=$images BENCH_PORT=$port BENCH_EXTRA_BANDWIDTH=$work/h2d
+export BENCH_OUT=${BENCH_OUT:-${OUT:-$root/build/bench}}
+export BENCH_CHECKPOINT_FLAGS="--engine sglang --port $port"
+export BENCH_RUN_FLAGS="--device nvidia.com/gpu=$gpu ${pyflags[*]} --volume=$weights:/weights --env=ENGINE_PARAMS_GB=$gb --env=ENGINE_PORT=$port"
+export BENCH_COMMAND="scripts/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_GB=$gb)"
+{
+	nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv
+	"$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
+} >&2
+"$root/scripts/bench.sh"
