@@ -11,6 +11,13 @@ state = "$dir/state"
 # Nothing from the host's /etc/containerd: a test run sees only this file.
 imports = []
 
+# A task's state is asked for (nerdctl's log driver does) while runc restores
+# it, which takes as long as CRIU does; at the default 2 s the caller gives
+# up and closes the container's stdio pipes, and the restored engine dies on
+# its first write. Seen with a 2 GB checkpoint (make bench).
+[timeouts]
+  "io.containerd.timeout.task.state" = "${CONTAINERD_TASK_STATE_TIMEOUT:-120s}"
+
 [debug]
   level = "${CONTAINERD_LOG_LEVEL:-info}"
 
