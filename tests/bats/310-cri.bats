@@ -242,6 +242,14 @@ logged() {
 	# containerd-patches/0003: the base image comes from the local store.
 	logged "base image $ENGINE_IMAGE (sha256:[0-9a-f]*) found in the local store by digest"
 	logged "Restored container $CTR successfully"
+	# containerd-patches/0005: CRI extracts into the checkpoint cache once;
+	# a second restore of the image reads it from there.
+	logged "checkpoint cache miss: building extracted checkpoint of checkpoint layer"
+	cri_do rmp --force "$POD"
+	run_engine_pod dst2 "$image" "$port"
+	wait_healthy "$port"
+	assert_resumed "$port"
+	logged "checkpoint cache hit: extracted checkpoint of checkpoint layer"
 }
 
 @test "crictl: an oci-checkpoint image of a CRI container restores, the helper resumes it" {
