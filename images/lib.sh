@@ -9,29 +9,6 @@
 export SOURCE_DATE_EPOCH
 image_created() { date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ; }
 
-# apt_mirror_uri: the Debian mirror this machine's apt already uses (the first
-# URIs: of a deb822 source whose Suites name a plain release, or the first
-# "deb URI" line). We never write a mirror host into the repo.
-apt_mirror_uri() {
-	local f uri
-	for f in /etc/apt/sources.list.d/*.sources; do
-		[ -r "$f" ] || continue
-		uri=$(awk '
-			/^[[:space:]]*$/ { if (u != "" && plain) { print u; exit } u = ""; plain = 0; next }
-			/^URIs:/ { u = $2 }
-			/^Suites:/ { for (i = 2; i <= NF; i++) if ($i !~ /-/) plain = 1 }
-			END { if (u != "" && plain) print u }' "$f" | head -n1)
-		[ -n "$uri" ] && { echo "$uri"; return 0; }
-	done
-	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
-		[ -r "$f" ] || continue
-		uri=$(awk '$1 == "deb" && $2 !~ /^\[/ && $3 !~ /-/ { print $2; exit }
-			$1 == "deb" && $2 ~ /^\[/ { for (i = 3; i <= NF; i++) if ($i !~ /\]$/ && $i ~ /:\/\//) { print $i; exit } }' "$f")
-		[ -n "$uri" ] && { echo "$uri"; return 0; }
-	done
-	return 1
-}
-
 # need_pkgs PKG...: install missing Debian packages (the recipes' build deps).
 need_pkgs() {
 	local p missing=()

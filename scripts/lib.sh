@@ -20,17 +20,32 @@ pids_with() {
 	return 0
 }
 
-# apt_mirror: the Debian mirror this machine's apt already uses.
+# apt_mirror_uri: the Debian mirror this machine's apt already uses (the first
+# URIs: of a deb822 source whose Suites name a plain release, or the first
+# "deb URI" line). We never write a mirror host into the repo.
+apt_mirror_uri() {
+	local f uri
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -r "$f" ] || continue
+		uri=$(awk '
+			/^[[:space:]]*$/ { if (u != "" && plain) { print u; exit } u = ""; plain = 0; next }
+			/^URIs:/ { u = $2 }
+			/^Suites:/ { for (i = 2; i <= NF; i++) if ($i !~ /-/) plain = 1 }
+			END { if (u != "" && plain) print u }' "$f" | head -n1)
+		[ -n "$uri" ] && { echo "$uri"; return 0; }
+	done
+	for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+		[ -r "$f" ] || continue
+		uri=$(awk '$1 == "deb" && $2 !~ /^\[/ && $3 !~ /-/ { print $2; exit }
+			$1 == "deb" && $2 ~ /^\[/ { for (i = 3; i <= NF; i++) if ($i !~ /\]$/ && $i ~ /:\/\//) { print $i; exit } }' "$f")
+		[ -n "$uri" ] && { echo "$uri"; return 0; }
+	done
+	return 1
+}
+
+# apt_mirror: apt_mirror_uri, or stop saying there is none.
 apt_mirror() {
-	local uri
-	# Prefer Debian's main archive (a URI ending in /debian) over security,
-	# backports or third-party repositories listed beside it.
-	uri=$( { awk '/^URIs:/{for (i = 2; i <= NF; i++) print $i}' /etc/apt/sources.list.d/*.sources
-		awk '$1=="deb"{for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /=/ && $i !~ /\]$/) {print $i; break}}' \
-			/etc/apt/sources.list /etc/apt/sources.list.d/*.list; } 2>/dev/null |
-		awk '/\/debian\/?$/{print; found=1; exit} NR==1{first=$0} END{if (!found && first != "") print first}')
-	[ -n "$uri" ] || die "no Debian mirror found in /etc/apt: add one first"
-	echo "$uri"
+	apt_mirror_uri || die "no Debian mirror found in /etc/apt: add one first"
 }
 
 # private_apt STATEDIR TYPE SUITES: set up an apt state in STATEDIR that reads
@@ -49,5 +64,5 @@ private_apt() {
 	done >"$state/sources.list"
 	APT_OPTS=(-o APT::Sandbox::User=root -o "Dir::Etc::SourceList=$state/sources.list"
 		-o Dir::Etc::SourceParts=- -o "Dir::State::Lists=$state/lists")
-	apt-get "${APT_OPTS[@]}" update -qq || die "apt-get update of $suites from $(apt_mirror) failed"
+	apt-get "${APT_OPTS[@]}" update -qq || die "apt-get update of $suites from $mirror failed"
 }
