@@ -45,10 +45,7 @@ func inspect(cc *cli.Context) (*report, error) {
 	}
 	ann := m.Annotations
 	r := &report{Image: name, Local: local, Annotations: ann, GPUs: []string{}, Problems: []string{}, Notes: []string{}}
-	_, r.Checkpoint = ann["org.criu.checkpoint.container.name"]
-	if _, ok := ann["io.kubernetes.cri-o.annotations.checkpoint.name"]; ok {
-		r.Checkpoint = true
-	}
+	r.Checkpoint = checkpoint.IsCheckpoint(ann)
 	if !r.Checkpoint {
 		return r, fmt.Errorf("%s is not a checkpoint image (no checkpoint annotation on its manifest)", name)
 	}

@@ -28,35 +28,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"rekindle.local/oci-checkpoint/pkg/engine"
+	"rekindle.local/oci-checkpoint/pkg/wake"
 )
-
-const (
-	dir        = "/.rekindle"
-	wakeFile   = dir + "/wake"
-	statusFile = dir + "/status"
-	pidFile    = dir + "/wake.pid"
-)
-
-// Status is what /.rekindle/status holds after a wake.
-type Status struct {
-	Outcome        string       `json:"outcome"` // resumed | failed
-	Error          string       `json:"error,omitempty"`
-	Engine         string       `json:"engine"`
-	CheckpointedAt string       `json:"checkpointed_at,omitempty"`
-	WokeAt         time.Time    `json:"woke_at"`
-	DoneAt         time.Time    `json:"done_at"`
-	ResumeSeconds  float64      `json:"resume_seconds"`
-	Loopback       string       `json:"loopback"`
-	Calls          []CallResult `json:"calls"`
-}
-
-// CallResult is one resume call.
-type CallResult struct {
-	Call     string  `json:"call"`
-	Attempts int     `json:"attempts"`
-	Seconds  float64 `json:"seconds"`
-	Error    string  `json:"error,omitempty"`
-}
 
 type calls []string
 
@@ -109,10 +82,10 @@ func fail(err error) {
 // start runs "wait" with the same flags in a new session, stdio on
 // /dev/null, and returns once the waiter has written its pid file.
 func start() {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := os.MkdirAll(wake.Dir, 0o755); err != nil {
 		fail(err)
 	}
-	os.Remove(pidFile)
+	os.Remove(wake.PidFile)
 	self, err := os.Executable()
 	if err != nil {
 		fail(err)
@@ -123,7 +96,7 @@ func start() {
 		fail(err)
 	}
 	for i := 0; i < 500; i++ {
-		if b, err := os.ReadFile(pidFile); err == nil && string(b) == strconv.Itoa(cmd.Process.Pid) {
+		if b, err := os.ReadFile(wake.PidFile); err == nil && string(b) == strconv.Itoa(cmd.Process.Pid) {
 			fmt.Println(cmd.Process.Pid)
 			return // the waiter is orphaned to the container's init when we exit
 		}
@@ -134,21 +107,21 @@ func start() {
 }
 
 func wait(p engine.Profile, poll, deadline time.Duration) {
-	if err := os.WriteFile(pidFile+".tmp", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
+	if err := os.WriteFile(wake.PidFile+".tmp", []byte(strconv.Itoa(os.Getpid())), 0o644); err != nil {
 		os.Exit(1)
 	}
-	if err := os.Rename(pidFile+".tmp", pidFile); err != nil {
+	if err := os.Rename(wake.PidFile+".tmp", wake.PidFile); err != nil {
 		os.Exit(1)
 	}
 	var st syscall.Stat_t
-	for syscall.Stat(wakeFile, &st) != nil {
+	for syscall.Stat(wake.WakeFile, &st) != nil {
 		time.Sleep(poll)
 	}
-	s := Status{Engine: p.Name, WokeAt: time.Now(), Loopback: loopbackUp()}
+	s := wake.Status{Engine: p.Name, WokeAt: time.Now(), Loopback: loopbackUp()}
 	var marker struct {
 		CheckpointedAt string `json:"checkpointed_at"`
 	}
-	if b, err := os.ReadFile(wakeFile); err == nil && json.Unmarshal(b, &marker) == nil {
+	if b, err := os.ReadFile(wake.WakeFile); err == nil && json.Unmarshal(b, &marker) == nil {
 		s.CheckpointedAt = marker.CheckpointedAt
 	}
 
@@ -159,14 +132,14 @@ func wait(p engine.Profile, poll, deadline time.Duration) {
 			DialContext: (&net.Dialer{Timeout: 2 * time.Second}).DialContext}},
 		Base: fmt.Sprintf("http://127.0.0.1:%d", p.Port),
 	}
-	s.Outcome = "resumed"
+	s.Outcome = wake.Resumed
 	for _, call := range p.Resume {
 		t0 := time.Now()
 		n, err := c.Retry(ctx, call)
-		r := CallResult{Call: call.String(), Attempts: n, Seconds: time.Since(t0).Seconds()}
+		r := wake.CallResult{Call: call.String(), Attempts: n, Seconds: time.Since(t0).Seconds()}
 		if err != nil {
 			r.Error = err.Error()
-			s.Outcome, s.Error = "failed", fmt.Sprintf("resume call %s failed: %v", call, err)
+			s.Outcome, s.Error = wake.Failed, fmt.Sprintf("resume call %s failed: %v", call, err)
 		}
 		s.Calls = append(s.Calls, r)
 		if err != nil {
@@ -176,20 +149,20 @@ func wait(p engine.Profile, poll, deadline time.Duration) {
 	s.DoneAt = time.Now()
 	s.ResumeSeconds = s.DoneAt.Sub(s.WokeAt).Seconds()
 	b, _ := json.MarshalIndent(s, "", "  ")
-	os.WriteFile(statusFile+".tmp", append(b, '\n'), 0o644)
-	os.Rename(statusFile+".tmp", statusFile)
-	os.Remove(pidFile)
+	os.WriteFile(wake.StatusFile+".tmp", append(b, '\n'), 0o644)
+	os.Rename(wake.StatusFile+".tmp", wake.StatusFile)
+	os.Remove(wake.PidFile)
 
 	// The container's log is its init's stdout: say the outcome there too.
 	line := fmt.Sprintf("rekindle-wake: engine %s resumed in %.3fs\n", p.Name, s.ResumeSeconds)
-	if s.Outcome != "resumed" {
-		line = fmt.Sprintf("rekindle-wake: ERROR: %s (after %.3fs); see %s\n", s.Error, s.ResumeSeconds, statusFile)
+	if s.Outcome != wake.Resumed {
+		line = fmt.Sprintf("rekindle-wake: ERROR: %s (after %.3fs); see %s\n", s.Error, s.ResumeSeconds, wake.StatusFile)
 	}
 	if f, err := os.OpenFile("/proc/1/fd/1", os.O_WRONLY|os.O_APPEND, 0); err == nil {
 		f.WriteString(line)
 		f.Close()
 	}
-	if s.Outcome != "resumed" {
+	if s.Outcome != wake.Resumed {
 		os.Exit(1)
 	}
 }

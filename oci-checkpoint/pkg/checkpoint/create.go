@@ -26,19 +26,12 @@ import (
 	"rekindle.local/oci-checkpoint/pkg/hostinfo"
 	"rekindle.local/oci-checkpoint/pkg/inroot"
 	"rekindle.local/oci-checkpoint/pkg/phase"
+	"rekindle.local/oci-checkpoint/pkg/wake"
 )
 
-// Files the checkpoint puts into the container.
-const (
-	HelperDir    = "/.rekindle"
-	HelperPath   = HelperDir + "/rekindle-wake"
-	WakeFile     = HelperDir + "/wake"
-	StatusFile   = HelperDir + "/status"
-	WakePidFile  = HelperDir + "/wake.pid"
-	DevicesFile  = HelperDir + "/devices.json"
-	engineLabel  = "rekindle"
-	checkpointer = "rekindle-oci-checkpoint"
-)
+// checkpointer names oci-checkpoint as the checkpoint's engine in the
+// checkpointctl annotation.
+const checkpointer = "rekindle-oci-checkpoint"
 
 // Options of Create.
 type Options struct {
@@ -184,7 +177,7 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 			gpus = []hostinfo.GPU{}
 		}
 		b, _ := json.MarshalIndent(gpus, "", "  ")
-		return root.WriteFile(DevicesFile, append(b, '\n'), 0o644)
+		return root.WriteFile(wake.DevicesFile, append(b, '\n'), 0o644)
 	}); err != nil {
 		return nil, err
 	}
@@ -222,11 +215,15 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 
 	res = &Result{Image: name, Container: ctr.ID(), BaseImage: info.Image, GPUs: gpus}
 	err = t.Run("package", func() error {
-		wake, _ := json.Marshal(map[string]string{"checkpointed_at": checkpointedAt.Format(time.RFC3339Nano)})
-		if err := writeRootfsDiff(ctx, c, info, archiveDir, []ExtraFile{{Name: WakeFile, Data: wake, Mode: 0o644}}); err != nil {
+		marker, _ := json.Marshal(map[string]string{"checkpointed_at": checkpointedAt.Format(time.RFC3339Nano)})
+		if err := writeRootfsDiff(ctx, c, info, archiveDir, []ExtraFile{{Name: wake.WakeFile, Data: marker, Mode: 0o644}}); err != nil {
 			return fmt.Errorf("rootfs diff: %w", err)
 		}
-		if err := writeDumps(ctx, c, ctr, info, archiveDir, checkpointedAt); err != nil {
+		base, err := c.GetImage(ctx, info.Image)
+		if err != nil {
+			return fmt.Errorf("base image %s of the container: %w (it must stay in the image store while checkpointing)", info.Image, err)
+		}
+		if err := writeDumps(ctr, info, base, archiveDir, checkpointedAt); err != nil {
 			return err
 		}
 		ann := host.Annotations(gpus)
@@ -243,7 +240,7 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 		ann[crmetadata.CheckpointAnnotationRootfsImageName] = info.Image
 		ann[crmetadata.CheckpointAnnotationRuntimeName] = "runc"
 		res.Annotations = ann
-		desc, size, err := writeImage(ctx, c, name, info.Image, archiveDir, ann, o)
+		desc, size, err := writeImage(ctx, c, name, base, archiveDir, ann, o)
 		if err != nil {
 			return err
 		}
@@ -271,6 +268,14 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 // legacyCheckpointAnnotation is what CRI-O wrote before checkpointctl's
 // lib named the annotations; older restorers look only for it.
 const legacyCheckpointAnnotation = "io.kubernetes.cri-o.annotations.checkpoint.name"
+
+// IsCheckpoint reports whether manifest annotations mark a checkpoint
+// image, by either name restorers look for.
+func IsCheckpoint(ann map[string]string) bool {
+	_, named := ann[crmetadata.CheckpointAnnotationName]
+	_, legacy := ann[legacyCheckpointAnnotation]
+	return named || legacy
+}
 
 func containerName(id string, labels map[string]string) string {
 	if n := labels[nerdctlNameLabel]; n != "" {

@@ -13,13 +13,14 @@ import (
 
 	"rekindle.local/oci-checkpoint/pkg/engine"
 	"rekindle.local/oci-checkpoint/pkg/inroot"
+	"rekindle.local/oci-checkpoint/pkg/wake"
 )
 
 // injectHelper copies rekindle-wake into the container and starts it
 // detached. Files from an earlier checkpoint of the same container (a
 // restored one) go first, so the new helper does not wake at once.
 func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec *specs.Spec, o Options) error {
-	for _, f := range []string{WakeFile, StatusFile, WakePidFile} {
+	for _, f := range []string{wake.WakeFile, wake.StatusFile, wake.PidFile} {
 		if err := root.Remove(f); err != nil {
 			return err
 		}
@@ -28,10 +29,10 @@ func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec
 	if err != nil {
 		return err
 	}
-	if err := root.WriteFile(HelperPath, bin, 0o755); err != nil {
+	if err := root.WriteFile(wake.HelperPath, bin, 0o755); err != nil {
 		return err
 	}
-	args := []string{HelperPath, "start", "--engine", o.Engine.Name, "--port", strconv.Itoa(o.Engine.Port),
+	args := []string{wake.HelperPath, "start", "--engine", o.Engine.Name, "--port", strconv.Itoa(o.Engine.Port),
 		"--deadline", o.WakeDeadline.String()}
 	for _, c := range o.Engine.Resume {
 		args = append(args, "--resume", c.String())
@@ -40,13 +41,6 @@ func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec
 		return fmt.Errorf("start the wake helper: %w", err)
 	}
 	return nil
-}
-
-// WakeStatus is what the helper writes to /.rekindle/status.
-type WakeStatus struct {
-	Outcome       string  `json:"outcome"`
-	Error         string  `json:"error"`
-	ResumeSeconds float64 `json:"resume_seconds"`
 }
 
 // resume brings a quiesced engine back: through the helper (write the wake
@@ -66,23 +60,23 @@ func resume(ctx context.Context, root *inroot.Root, eng *engine.Client, o Option
 		return nil
 	}
 	b, _ := json.Marshal(map[string]string{"reason": "resume in place"})
-	if err := root.WriteFile(WakeFile, b, 0o644); err != nil {
+	if err := root.WriteFile(wake.WakeFile, b, 0o644); err != nil {
 		return err
 	}
 	for {
-		if b, err := root.ReadFile(StatusFile); err == nil {
-			var st WakeStatus
+		if b, err := root.ReadFile(wake.StatusFile); err == nil {
+			var st wake.Status
 			if err := json.Unmarshal(b, &st); err != nil {
-				return fmt.Errorf("%s: %w", StatusFile, err)
+				return fmt.Errorf("%s: %w", wake.StatusFile, err)
 			}
-			if st.Outcome != "resumed" {
+			if st.Outcome != wake.Resumed {
 				return fmt.Errorf("the wake helper reports: %s", st.Error)
 			}
 			return nil
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("the wake helper wrote no %s within %s", StatusFile, o.WakeDeadline)
+			return fmt.Errorf("the wake helper wrote no %s within %s", wake.StatusFile, o.WakeDeadline)
 		case <-time.After(20 * time.Millisecond):
 		}
 	}

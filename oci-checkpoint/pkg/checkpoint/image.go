@@ -73,14 +73,14 @@ func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Cont
 }
 
 // writeDumps writes spec.dump, config.dump and status.dump.
-func writeDumps(ctx context.Context, c *client.Client, ctr client.Container, info containers.Container, dir string, at time.Time) error {
+func writeDumps(ctr client.Container, info containers.Container, base client.Image, dir string, at time.Time) error {
 	if info.Spec == nil {
 		return fmt.Errorf("container %s has no spec", ctr.ID())
 	}
 	if err := os.WriteFile(filepath.Join(dir, crmetadata.SpecDumpFile), info.Spec.GetValue(), 0o600); err != nil {
 		return err
 	}
-	ref, err := pinnedRef(ctx, c, info.Image)
+	ref, err := pinnedRef(base)
 	if err != nil {
 		return err
 	}
@@ -110,16 +110,12 @@ func writeDumps(ctx context.Context, c *client.Client, ctr client.Container, inf
 
 // pinnedRef is the base image as NAME@DIGEST, so a restorer can find it
 // by content whatever it is called there.
-func pinnedRef(ctx context.Context, c *client.Client, name string) (string, error) {
-	img, err := c.ImageService().Get(ctx, name)
-	if err != nil {
-		return "", fmt.Errorf("base image %s of the container: %w (it must stay in the image store while checkpointing)", name, err)
-	}
-	n, err := reference.ParseNormalizedNamed(name)
+func pinnedRef(base client.Image) (string, error) {
+	n, err := reference.ParseNormalizedNamed(base.Name())
 	if err != nil {
 		return "", err
 	}
-	d, err := reference.WithDigest(reference.TrimNamed(n), img.Target.Digest)
+	d, err := reference.WithDigest(reference.TrimNamed(n), base.Target().Digest)
 	if err != nil {
 		return "", err
 	}
@@ -128,15 +124,11 @@ func pinnedRef(ctx context.Context, c *client.Client, name string) (string, erro
 
 // writeImage packs dir into the checkpoint layer and writes the image: to
 // the image store as name, or as an OCI archive.
-func writeImage(ctx context.Context, c *client.Client, name, base, dir string, ann map[string]string, o Options) (ocispec.Descriptor, int64, error) {
+func writeImage(ctx context.Context, c *client.Client, name string, baseImg client.Image, dir string, ann map[string]string, o Options) (ocispec.Descriptor, int64, error) {
 	cs := c.ContentStore()
 	layer, err := writeLayer(ctx, cs, dir, o)
 	if err != nil {
 		return ocispec.Descriptor{}, 0, fmt.Errorf("checkpoint layer: %w", err)
-	}
-	baseImg, err := c.GetImage(ctx, base)
-	if err != nil {
-		return ocispec.Descriptor{}, 0, err
 	}
 	var baseCfg ocispec.Image
 	cfgDesc, err := baseImg.Config(ctx)
