@@ -30,20 +30,7 @@ need_root
 opt=/opt/rekindle
 
 if [ $# -ge 1 ]; then
-	# The host preparation tests/gpu/run.sh does, without its tests.
-	bundle=$(realpath "$1")
-	mkdir -p "$opt/libexec"
-	tar -C "$opt" -xJf "$bundle" || die "cannot unpack $bundle into $opt"
-	for t in criu jq; do
-		[ -f "$opt/libexec/$t" ] || mv "$opt/bin/$t" "$opt/libexec/$t"
-		printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/libexec/%s "$@"\n' "$opt" "$opt" "$t" >"$opt/bin/$t"
-		chmod 0755 "$opt/bin/$t"
-	done
-	install -D -m 0644 "$opt/lib/criu/cuda_plugin.so" /usr/local/lib/criu/cuda_plugin.so
-	sysctl -qw kernel.io_uring_disabled=2 || note "warning: cannot disable io_uring"
-	mkdir -p /etc/cdi
-	PATH=$opt/bin:$PATH nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml >/dev/null 2>&1 ||
-		die "nvidia-ctk cdi generate failed"
+	"$root/tests/gpu/prepare.sh" "$(realpath "$1")"
 fi
 if [ -z "${REKINDLE_BIN:-}" ] && [ -x "$opt/bin/containerd" ]; then
 	export REKINDLE_BIN=$opt/bin PATH=$opt/bin:$PATH

@@ -14,15 +14,7 @@ exec > >(tee "$out/run.log") 2>&1
 echo "== host"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv
 uname -r
-tar -C "$opt" -xJf "$bundle" || exit 1
-# criu and jq need the Debian libraries packed beside them; only they get
-# them, so the host's Python and PyTorch keep the host's own.
-mkdir -p "$opt/libexec"
-for t in criu jq; do
-	[ -f "$opt/libexec/$t" ] || mv "$opt/bin/$t" "$opt/libexec/$t"
-	printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/libexec/%s "$@"\n' "$opt" "$opt" "$t" >"$opt/bin/$t"
-	chmod 0755 "$opt/bin/$t"
-done
+"$root/tests/gpu/prepare.sh" "$bundle" "$out/cdi.log" || { tail "$out/cdi.log"; exit 1; }
 # runc keeps CRIU's dump.log and restore.log only until the shim cleans up:
 # a wrapper copies them out, so a failed restore can be read afterwards.
 criulogs=/tmp/rekindle-test-criu-logs
@@ -44,11 +36,6 @@ export PATH=$opt/bin:$opt/bats/bin:$PATH REKINDLE_BIN=$opt/bin
 # CRIU's CUDA plugin runs our cuda-checkpoint, whose output CRIU drops on
 # success: have it log every step here.
 export REKINDLE_CUDA_CHECKPOINT_LOG=$out/cuda-checkpoint.log
-# criu was built with PREFIX=/usr/local: its plugins live there.
-install -D -m 0644 "$opt/lib/criu/cuda_plugin.so" /usr/local/lib/criu/cuda_plugin.so
-sysctl -qw kernel.io_uring_disabled=2 || echo "warning: cannot disable io_uring"
-mkdir -p /etc/cdi
-nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml >"$out/cdi.log" 2>&1 || { tail "$out/cdi.log"; exit 1; }
 nvidia-ctk cdi list
 criu check || echo "warning: criu check failed"
 # Seen on a lent H100 (2026-11-23): CRIU's mount engine v2 failed to restore

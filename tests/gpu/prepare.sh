@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# prepare.sh BUNDLE [CDI_LOG]: get a GPU machine ready for Rekindle from the
+# bundle scripts/gpu-bundle.sh made: the stack unpacked in /opt/rekindle,
+# CRIU's CUDA plugin where criu looks for it, io_uring off, and the CDI spec
+# for nvidia.com/gpu. tests/gpu/run.sh and scripts/gpu-bench.sh run it.
+set -euo pipefail
+. "$(dirname "$0")/../../scripts/lib.sh"
+need_root
+[ $# -ge 1 ] || die "usage: $0 BUNDLE [CDI_LOG]"
+bundle=$1 cdilog=${2:-/dev/null}
+opt=/opt/rekindle
+mkdir -p "$opt/libexec"
+tar -C "$opt" -xJf "$bundle" || die "cannot unpack $bundle into $opt"
+# criu and jq need the Debian libraries packed beside them; only they get
+# them, so the host's Python and PyTorch keep the host's own.
+for t in criu jq; do
+	[ -f "$opt/libexec/$t" ] || mv "$opt/bin/$t" "$opt/libexec/$t"
+	printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/libexec/%s "$@"\n' "$opt" "$opt" "$t" >"$opt/bin/$t"
+	chmod 0755 "$opt/bin/$t"
+done
+# criu was built with PREFIX=/usr/local: its plugins live there.
+install -D -m 0644 "$opt/lib/criu/cuda_plugin.so" /usr/local/lib/criu/cuda_plugin.so
+sysctl -qw kernel.io_uring_disabled=2 || note "warning: cannot disable io_uring"
+mkdir -p /etc/cdi
+PATH=$opt/bin:$PATH nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml >"$cdilog" 2>&1 ||
+	die "nvidia-ctk cdi generate failed (log: $cdilog)"
