@@ -376,7 +376,7 @@ jq -n --arg engine "$engine" --arg started "$started" --arg finished "$(date -u 
 	'{schema: "rekindle-bench/1", engine: $engine, started: $started, finished: $finished, command: $cmd,
 	  host: $host,
 	  config: {reps: $reps, engine_image: $image, state_mb: $state_mb, drop_caches: $drop, run_flags: $flags,
-	          containerd_task_state_timeout: (if $st == "" then "2s (default)" else $st end)},
+	          containerd_task_state_timeout: $st},
 	  runs: $runs, checkpoints: $checkpoints, bandwidth: $bandwidth}' >"$result"
 "$report_py" "$root/scripts/bench-report.py" "$result" \
 	--png "${result%.json}.png" --markdown "${result%.json}.md"
