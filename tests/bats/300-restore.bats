@@ -313,6 +313,47 @@ PY
 	run_nerdctl rm -f r6b
 }
 
+# nvidia-ctk's CDI specs bind driver files such as
+# /usr/share/glvnd/egl_vendor.d/10_nvidia.json, which are symlinks on many
+# hosts. CRIU binds an external mount's source without following a symlink,
+# so before runc-patches/0001 such a container checkpointed but could not be
+# restored ("Can't remount ... with MS_PRIVATE").
+@test "a container given a CDI device whose host file is a symlink restores with it" {
+	local image=rekindle.local/ckpt:cdi cdi=$BATS_TEST_TMPDIR/cdi host=$BATS_TEST_TMPDIR/host
+	local file=/usr/share/rekindle-test/vendor.json want='{"vendor": "rekindle-test"}'
+	mkdir -p "$cdi" "$host/real"
+	echo "$want" >"$host/real/vendor.json"
+	ln -s real/vendor.json "$host/vendor.json"
+	cat >"$cdi/rekindle-test.yaml" <<EOF
+cdiVersion: 0.5.0
+kind: rekindle.test/dev
+devices:
+- name: "0"
+  containerEdits:
+    mounts:
+    - hostPath: $host/vendor.json
+      containerPath: $file
+      options: [ro, nosuid, nodev, bind]
+EOF
+	local dev=(--cdi-spec-dirs "$cdi" --device rekindle.test/dev=0) port pid start
+	port=$(free_port)
+	start_engine cdi-src "$port" "${dev[@]}"
+	run_nerdctl exec cdi-src cat "$file"
+	is "$output" "$want" "the device's file in the container"
+	pid=$(state_of "$port" pid)
+	start=$(state_of "$port" start_time)
+	make_checkpoint_image cdi-src "$image"
+	run_nerdctl rm -f cdi-src
+
+	port=$(free_port)
+	run_nerdctl run -d --name r8 -p "127.0.0.1:$port:30000" "${dev[@]}" "$image"
+	wait_healthy "$port"
+	is "$(state_of "$port" pid)/$(state_of "$port" start_time)" "$pid/$start" "same engine process: restored"
+	run_nerdctl exec r8 cat "$file"
+	is "$output" "$want" "the device's file in the restored container"
+	run_nerdctl rm -f r8
+}
+
 @test "a checkpoint whose base image is absent fails with one clear error" {
 	local image=rekindle.local/ckpt:nobase
 	run_nerdctl run -d --name nb-src --network none "$BASE_IMAGE" sh -c 'while :; do sleep 1; done'

@@ -1,19 +1,21 @@
 #!/usr/bin/env bash
-# apply.sh SRC_DIR: apply the patch series listed in `series` to a pristine
-# containerd source tree (the release pinned in versions.mk).
+# apply-patches.sh PATCH_DIR SRC_DIR MODULE: apply the patch series listed in
+# PATCH_DIR/series to a pristine source tree of Go module MODULE (the release
+# pinned in versions.mk), e.g. containerd-patches/ to containerd.
 #
 # All patches are applied to a scratch copy first; only when every one
 # applies is the copy swapped in for SRC_DIR. So SRC_DIR ends up either fully
 # patched or untouched. A tree this script already patched with the same
 # series is left alone (stamp file .rekindle-patches).
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-die() { echo "apply.sh: $*" >&2; exit 1; }
+die() { echo "apply-patches.sh: $*" >&2; exit 1; }
 
-[ $# -eq 1 ] || die "usage: $0 SRC_DIR"
-src=$(realpath -e "$1" 2>/dev/null) || die "$1: no such directory"
-[ -f "$src/go.mod" ] && grep -q '^module github.com/containerd/containerd/v2$' "$src/go.mod" ||
-	die "$src is not a containerd v2 source tree (no go.mod for github.com/containerd/containerd/v2)"
+[ $# -eq 3 ] || die "usage: $0 PATCH_DIR SRC_DIR MODULE"
+here=$(realpath -e "$1" 2>/dev/null) || die "$1: no such directory"
+src=$(realpath -e "$2" 2>/dev/null) || die "$2: no such directory"
+module=$3
+[ -f "$src/go.mod" ] && grep -qxF "module $module" "$src/go.mod" ||
+	die "$src is not a source tree of $module (its go.mod does not name it)"
 command -v patch >/dev/null || die "patch(1) is missing: apt-get install patch"
 
 mapfile -t patches < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$here/series")
@@ -21,7 +23,7 @@ mapfile -t patches < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$here
 stamp=$(cd "$here" && cat series "${patches[@]}" | sha256sum | cut -d' ' -f1)
 
 if [ -f "$src/.rekindle-patches" ]; then
-	[ "$(cat "$src/.rekindle-patches")" = "$stamp" ] && { echo "apply.sh: $src already has this series"; exit 0; }
+	[ "$(cat "$src/.rekindle-patches")" = "$stamp" ] && { echo "apply-patches.sh: $src already has this series"; exit 0; }
 	die "$src was patched with a different series: fetch a pristine tree and run again"
 fi
 
@@ -41,4 +43,4 @@ echo "$stamp" >"$work/tree/.rekindle-patches"
 # Swap the patched copy in; both live in the same directory, so these are renames.
 mv "$src" "$work/orig"
 mv "$work/tree" "$src"
-echo "apply.sh: applied ${#patches[@]} patch(es) to $src: ${patches[*]}"
+echo "apply-patches.sh: applied ${#patches[@]} patch(es) to $src: ${patches[*]}"
