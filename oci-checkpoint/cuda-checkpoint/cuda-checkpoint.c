@@ -79,7 +79,7 @@ static int checked(struct driver *d, CUresult r, const char *what, int pid)
 		fail("%s of pid %d failed: %s", what, pid, driver_error(d, r));
 		return -1;
 	}
-	note("pid %d: %s done", pid, what);
+	note("pid %d: %s done in %.3fs", pid, what, step_seconds());
 	return 0;
 }
 
@@ -194,6 +194,7 @@ int main(int argc, char **argv)
 		return 1;
 
 	int v, r = 0;
+	step_seconds();
 	switch (op) {
 	case OP_STATE:
 		if ((r = checked(&d, d.GetState(pid, &v), "get-state", pid)) == 0) {

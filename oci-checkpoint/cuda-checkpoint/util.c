@@ -1,11 +1,30 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "util.h"
 
 int verbose;
+
+static double mono(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec + t.tv_nsec / 1e9;
+}
+
+double step_seconds(void)
+{
+	static double last;
+	double now = mono(), d;
+	if (!last)
+		last = now;
+	d = now - last;
+	last = now;
+	return d;
+}
 
 static void logline(const char *kind, const char *fmt, va_list ap)
 {
@@ -15,7 +34,9 @@ static void logline(const char *kind, const char *fmt, va_list ap)
 	FILE *f = fopen(path, "a");
 	if (!f)
 		return;
-	fprintf(f, "[%d] %s", (int)getpid(), kind);
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	fprintf(f, "%ld.%03ld [%d] %s", (long)now.tv_sec, now.tv_nsec / 1000000, (int)getpid(), kind);
 	vfprintf(f, fmt, ap);
 	fputc('\n', f);
 	fclose(f);

@@ -10,6 +10,10 @@ void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * success, so the log is how tests and operators see what a restore did. */
 void note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
+/* Seconds since the last call (the first call: since the program started),
+ * on the monotonic clock: each driver step logs how long it took. */
+double step_seconds(void);
+
 extern int verbose;
 
 #endif

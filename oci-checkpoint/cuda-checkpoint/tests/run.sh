@@ -298,7 +298,9 @@ cuCheckpointProcessUnlock pid=$P args=null" "calls (checkpointed)" || return 1
 test_log_file_records_the_remap() {
 	host 2; sees 0; recorded 1
 	REKINDLE_CUDA_CHECKPOINT_LOG=$T/log ckpt --action restore --pid $P
-	is "$out" "" "quiet on success" && has "$(cat "$T/log")" "pid $P: remap ${U[1]} -> ${U[0]}" "log"
+	is "$out" "" "quiet on success" && has "$(cat "$T/log")" "pid $P: remap ${U[1]} -> ${U[0]}" "log" &&
+		grep -Eq "^[0-9]+\.[0-9]{3} \[[0-9]+\] pid $P: restore with GPU remap done in [0-9]+\.[0-9]{3}s\$" "$T/log" ||
+		{ echo "log lacks the timed restore line:"; cat "$T/log"; return 1; }
 }
 
 passed=0 failed=0
