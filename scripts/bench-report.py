@@ -73,7 +73,9 @@ def phases_of(run, engine):
     out = [("nerdctl: unpack, create", max(before, 0.0)), ("container setup", setup)]
     if "task-create" in c:
         out.append(("task create", create))
-    out += [("CRIU restore", criu),
+    # cuda-checkpoint's timed steps (GPU): part of CRIU restore, shown apart.
+    cuda = min(sum(v for v in (run.get("cuda") or {}).values() if isinstance(v, (int, float))), criu)
+    out += [("CRIU restore", criu - cuda)] + ([("CUDA restore", cuda)] if cuda else []) + [
             ("start, network", max(woke - t0 - max(before, 0.0) - setup - create - criu, 0.0)),
             ("wake + resume", done - woke),
             ("first token", max(run["t_answer"] - done, 0.0))]
@@ -298,7 +300,7 @@ def markdown(r):
 
 COLORS = {
     "container start": "#9e9e9e", "nerdctl: unpack, create": "#9e9e9e", "start, network": "#bab0ac", "engine load": "#f28e2b",
-    "container setup": "#4e79a7", "task create": "#76b7b2", "CRIU restore": "#59a14f",
+    "container setup": "#4e79a7", "task create": "#76b7b2", "CRIU restore": "#59a14f", "CUDA restore": "#8cd17d",
     "wake + resume": "#edc948", "first token": "#e15759",
     "host state at memcpy": "#59a14f", "checkpoint read from disk": "#b07aa1", "weights reload": "#edc948",
 }

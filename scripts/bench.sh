@@ -30,6 +30,8 @@
 #   BENCH_PORT         GPU engine: the port it listens on (host network) (30000)
 #   BENCH_TASK_STATE_TIMEOUT  containerd's task state timeout for this run (default 120s, see below)
 #   BENCH_EXTRA_BANDWIDTH  a command printing a JSON object of more floors, run each repetition
+#   REKINDLE_CUDA_CHECKPOINT_LOG  (GPU) cuda-checkpoint's log; its timed steps give each
+#                      restore's CUDA restore, inside CRIU restore (gpu-bench.sh sets it)
 #
 # Output: BENCH_OUT/ENGINE-TIMESTAMP.{json,png,md} and latest-ENGINE.{json,png,md}.
 set -euo pipefail
@@ -237,6 +239,17 @@ bench_extra_bandwidth() {
 	fi
 }
 
+# cuda_steps LINE: the timed steps cuda-checkpoint logged from LINE on, as
+# {"restore": s, "unlock": s} summed over the engine's processes; {} when
+# there is no log (a CPU engine).
+cuda_log=${REKINDLE_CUDA_CHECKPOINT_LOG:-}
+cuda_lines() { if [ -n "$cuda_log" ] && [ -f "$cuda_log" ]; then wc -l <"$cuda_log"; else echo 0; fi; }
+cuda_steps() {
+	[ -n "$cuda_log" ] && [ -f "$cuda_log" ] || { echo '{}'; return; }
+	tail -n +"$1" "$cuda_log" | sed -n 's/.*\] pid [0-9]*: \(.*\) done in \([0-9.]*\)s$/\1\t\2/p' |
+		jq -Rn 'reduce (inputs | split("\t")) as [$k, $v] ({}; .[$k | sub(" with GPU remap"; "")] += ($v | tonumber))'
+}
+
 # ---- one run -----------------------------------------------------------------
 
 prompt='{"text": "the quick brown fox", "max_new_tokens": 16}'
@@ -258,7 +271,8 @@ run_flags() {
 measure() {
 	local path=$1 rep=$2 name=$3 image=$4
 	shift 4
-	local p=$gpu_port id t0 t1 poll status="null" timings="{}" cache="" begun="null"
+	local p=$gpu_port id t0 t1 poll status="null" timings="{}" cache="" begun="null" cuda="{}" cuda_mark
+	cuda_mark=$(($(cuda_lines) + 1))
 	[ "$engine" = cpu ] && p=$(port)
 	python3 "$dir/poll.py" "$p" "$prompt" "$timeout" >"$dir/poll.json" &
 	local poller=$!
@@ -283,13 +297,14 @@ measure() {
 		begun=$(grep -F "$id" "$dir/containerd.log" | grep "restoring instead of starting" | tail -1 |
 			sed -n 's/^time="\([^"]*\)".*/"\1"/p')
 		grep -q "checkpoint cache miss" <(sed -n "$log_mark,\$p" "$dir/containerd.log") && cache=miss || cache=hit
+		cuda=$(cuda_steps "$cuda_mark")
 	fi
 	log_mark=$(($(wc -l <"$dir/containerd.log") + 1))
 	jq -cn --arg path "$path" --argjson rep "$rep" --arg id "$id" --arg image "$image" --arg cache "$cache" \
 		--argjson t0 "$t0" --argjson t1 "$t1" --argjson poll "$poll" --argjson status "$status" \
-		--argjson containerd "$timings" --argjson begun "${begun:-null}" \
+		--argjson containerd "$timings" --argjson begun "${begun:-null}" --argjson cuda "$cuda" \
 		'{path: $path, rep: $rep, container: $id, image: $image, t0: $t0, t_run_returned: $t1, restore_begun_at: $begun,
-		  cache: (if $cache == "" then null else $cache end), containerd: $containerd, status: $status} + $poll' \
+		  cache: (if $cache == "" then null else $cache end), containerd: $containerd, cuda: $cuda, status: $status} + $poll' \
 		>>"$dir/runs.jsonl"
 	# A restored engine must answer what it answered before the checkpoint.
 	local said
@@ -379,9 +394,10 @@ jq -n --arg engine "$engine" --arg started "$started" --arg finished "$(date -u 
 	          containerd_task_state_timeout: $st},
 	  runs: $runs, checkpoints: $checkpoints, bandwidth: $bandwidth}' >"$result"
 "$report_py" "$root/scripts/bench-report.py" "$result" \
-	--png "${result%.json}.png" --markdown "${result%.json}.md"
+	--png "${result%.json}.png" --markdown "${result%.json}.md" ||
+	note "warning: bench-report.py failed; the raw result is kept: make the report elsewhere with scripts/bench-report.py $result"
 for f in json png md; do
 	[ -f "${result%.json}.$f" ] && cp "${result%.json}.$f" "$out/latest-$engine.$f"
 done
-cat "${result%.json}.md"
+[ -f "${result%.json}.md" ] && cat "${result%.json}.md"
 note "results: $result (and latest-$engine.{json,png,md} beside it)"
