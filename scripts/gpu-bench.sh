@@ -108,6 +108,9 @@ PY
 printf '#!/bin/sh\nCUDA_VISIBLE_DEVICES=%s exec %s %s %s\n' "$gpu" "$py" "$work/h2d.py" "${GPU_BENCH_H2D_MB:-1024}" >"$work/h2d"
 chmod 0755 "$work/h2d"
 
+# cuda-checkpoint logs each timed step here (CRIU's plugin drops its
+# output): bench.sh takes each restore's CUDA restore from it.
+export REKINDLE_CUDA_CHECKPOINT_LOG=${REKINDLE_CUDA_CHECKPOINT_LOG:-$work/cuda-checkpoint.log}
 export BENCH_ENGINE=gpu BENCH_IMAGES=$images BENCH_PORT=$port BENCH_EXTRA_BANDWIDTH=$work/h2d
 export BENCH_OUT=${BENCH_OUT:-${OUT:-$root/build/bench}}
 export BENCH_CHECKPOINT_FLAGS="--engine sglang --port $port"
