@@ -38,7 +38,7 @@ fi
 bin=${REKINDLE_BIN:-$root/build/bin}
 [ -x "$bin/containerd" ] || die "no stack in $bin: pass the bundle (scripts/gpu-bundle.sh) or run tests/gpu/run.sh first"
 [ -f /usr/local/lib/criu/cuda_plugin.so ] || die "CRIU's CUDA plugin is not in /usr/local/lib/criu: pass the bundle or run tests/gpu/run.sh first"
-ls /etc/cdi/*.yaml /var/run/cdi/*.yaml >/dev/null 2>&1 ||
+compgen -G '/etc/cdi/*.yaml' >/dev/null || compgen -G '/var/run/cdi/*.yaml' >/dev/null ||
 	die "no CDI spec in /etc/cdi: run 'nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml'"
 nvidia-smi -L >/dev/null 2>&1 || die "nvidia-smi -L fails: no GPU here"
 [ "$(sysctl -n kernel.io_uring_disabled 2>/dev/null || echo 0)" = 2 ] ||

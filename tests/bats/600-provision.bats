@@ -117,10 +117,16 @@ recap() {
 
 # ---- check mode ------------------------------------------------------------
 
-# fake_driver VERSION: a stand-in for /proc/driver/nvidia/version.
+# fake_driver VERSION [open]: a stand-in for /proc/driver/nvidia/version, of
+# the proprietary kernel module or (open) the open one, whose line was read
+# on a lent H100.
 fake_driver() {
 	local f=$BATS_TEST_TMPDIR/nvidia-version
-	printf 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  Sun Jan  1 00:00:00 UTC 2026\nGCC version:  gcc version 12.2.0\n' "$1" >"$f"
+	if [ "${2:-}" = open ]; then
+		printf 'NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  %s  Release Build  (nixbld@)  \nGCC version:  gcc version 15.3.0 (GCC) \n' "$1" >"$f"
+	else
+		printf 'NVRM version: NVIDIA UNIX x86_64 Kernel Module  %s  Sun Jan  1 00:00:00 UTC 2026\nGCC version:  gcc version 12.2.0\n' "$1" >"$f"
+	fi
 	echo "$f"
 }
 
@@ -130,6 +136,11 @@ fake_driver() {
 	is "$output" "~TASK \[nvidia : Generate the CDI spec for driver 580.95.05\]" "CDI spec task reached"
 	is "$output" "~TASK \[nvidia : Record the driver version the spec was made for\] \*+[[:space:]]+changed" "version would be recorded"
 	[ ! -e "$PROV_ROOT/var/lib/rekindle/cdi-driver-version" ] || die "check mode wrote the driver record"
+}
+
+@test "check mode: the open kernel module's version line is read too" {
+	playbook --check --tags nvidia -e nvidia_force=true -e "nvidia_driver_version_file=$(fake_driver 580.159.04 open)"
+	is "$output" "~NVIDIA driver 580.159.04" "driver accepted"
 }
 
 @test "check mode: a driver older than 580 is refused, saying why" {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# provision.sh WHEELS_DIR: on a lent GPU machine, after tests/gpu/run.sh has
-# unpacked the stack into /opt/rekindle, run the playbook's roles that need a
-# GPU box for real: host, nvidia (driver check, persistence mode, CDI spec),
+# provision.sh BUNDLE WHEELS_DIR: on a lent GPU machine, unpack the stack
+# into /opt/rekindle (tests/gpu/prepare.sh), then run the playbook's roles
+# that need a GPU box for real: host, nvidia (driver check, persistence mode, CDI spec),
 # containerd and healthcheck (containerd answers, criu check, the CUDA
 # checkpoint/restore smoke test). The stack role is left out: it builds from
 # source, and the machine has no network or Go; the bundle stands in for it.
@@ -9,9 +9,11 @@
 # (the machine has jinja2, PyYAML and packaging, not ansible).
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-wheels=${1:?usage: $0 WHEELS_DIR}
+[ $# -eq 2 ] || { echo "usage: $0 BUNDLE WHEELS_DIR"; exit 2; }
+bundle=$1 wheels=$2
 out=${OUT:-$root/gpu-out}
 mkdir -p "$out"
+"$root/tests/gpu/prepare.sh" "$bundle" "$out/cdi.log" || exit 1
 site=/tmp/rekindle-ansible
 python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$wheels"/*.whl ||
 	{ echo "FAIL: cannot install ansible-core from $wheels"; exit 1; }
