@@ -40,6 +40,7 @@ ENGINE_CONTEXT_LEN (4096), ENGINE_KV_GB (1), ENGINE_MEMORY_SAVER (1),
 ENGINE_CUDA_GRAPH (1), ENGINE_SITE (extra site-packages folders, ':'-separated).
 """
 
+import concurrent.futures
 import ctypes
 import glob
 import hashlib
@@ -82,6 +83,12 @@ SHAPES = {
     "32b": dict(hidden=5120, heads=40, kv_heads=8, head_dim=128, inter=27648,
                 vocab=152064, tie=False, theta=1000000.0, eps=1e-6),
 }
+
+
+# Weight reload: pieces of LOAD_CHUNK bytes through LOAD_BUFFERS pinned
+# buffers, each filled by its own reader thread.
+LOAD_CHUNK = 64 << 20
+LOAD_BUFFERS = 8
 
 
 def log(msg):
@@ -493,35 +500,81 @@ class Model:
         """Read the file into the (allocated, possibly just resumed) weight
         tensors; check names and shapes, then the checksum. Returns it."""
         torch = self.torch
-        chunk = 64 << 20
-        buf = torch.empty(chunk, dtype=torch.uint8)
-        npbuf = buf.numpy()
         with open(self.path, "rb", buffering=0) as f:
             meta, table, start = read_safetensors_header(f)
             want = dict(param_shapes(self.cfg))
             if set(table) != set(want):
                 raise ValueError(f"{self.path}: tensors differ from model {self.cfg['model_id']}")
+            pieces = []  # (destination bytes, file offset, length, tensor name)
             for name, (dtype, shape, off, n) in sorted(table.items(), key=lambda kv: kv[1][2]):
                 if dtype != "BF16" or shape != tuple(want[name]):
                     raise ValueError(f"{self.path}: {name} is {dtype}{list(shape)}, want BF16{list(want[name])}")
                 dst = self.w[name].view(-1).view(torch.uint8)
-                f.seek(start + off)
-                for a in range(0, n, chunk):
-                    m = min(chunk, n - a)
-                    view = memoryview(npbuf)[:m]
-                    got = 0
-                    while got < m:
-                        k = f.readinto(view[got:])
-                        if not k:
-                            raise ValueError(f"{self.path}: truncated in {name}")
-                        got += k
-                    dst[a:a + m].copy_(buf[:m])
+                for a in range(0, n, LOAD_CHUNK):
+                    m = min(LOAD_CHUNK, n - a)
+                    pieces.append((dst[a:a + m], start + off + a, m, name))
+            self._copy_in(f.fileno(), pieces)
         self._sync()
+        t = time.time()
         got = self.checksum()
+        self.checksum_seconds = round(time.time() - t, 3)
         want_sum = meta.get("rekindle.checksum")
         if want_sum and got != want_sum:
             raise ValueError(f"{self.path}: weights checksum {got[:16]} != recorded {want_sum[:16]}")
         return got
+
+    def _copy_in(self, fd, pieces):
+        """Copy file pieces into device tensors through LOAD_BUFFERS pinned
+        host buffers: reader threads fill some while the GPU copies out of
+        others on a side stream, so a reload runs at the slower of file read
+        and host-to-device copy, not at their sum (a single pageable buffer
+        reached 2.3 GB/s on an H100 whose pinned copies run at 52 GB/s)."""
+        torch = self.torch
+        cuda = self.dev.type == "cuda"
+        nbuf = min(LOAD_BUFFERS, len(pieces)) or 1
+        bufs = [torch.empty(LOAD_CHUNK, dtype=torch.uint8, pin_memory=cuda) for _ in range(nbuf)]
+        views = [memoryview(b.numpy()) for b in bufs]
+        stream = torch.cuda.Stream(self.dev) if cuda else None
+        done = [None] * nbuf  # event: the copy out of buffer b has finished
+
+        def read(b, off, m, name):
+            got = 0
+            while got < m:
+                k = os.preadv(fd, [views[b][got:m]], off + got)
+                if not k:
+                    raise ValueError(f"{self.path}: truncated in {name}")
+                got += k
+
+        def submit(pool, i):
+            b = i % nbuf
+            if done[b] is not None:
+                done[b].synchronize()
+            _, off, m, name = pieces[i]
+            return pool.submit(read, b, off, m, name)
+
+        try:
+            with concurrent.futures.ThreadPoolExecutor(nbuf, thread_name_prefix="weights-read") as pool:
+                reads = [submit(pool, i) for i in range(nbuf)]
+                for i, (dst, _, m, _) in enumerate(pieces):
+                    b = i % nbuf
+                    reads[b].result()
+                    if cuda:
+                        with torch.cuda.stream(stream):
+                            dst.copy_(bufs[b][:m], non_blocking=True)
+                            done[b] = torch.cuda.Event()
+                            done[b].record(stream)
+                    else:
+                        dst.copy_(bufs[b][:m])
+                    if i + nbuf < len(pieces):
+                        reads[b] = submit(pool, i + nbuf)
+        finally:
+            if cuda:
+                stream.synchronize()  # no copy may still read a buffer freed below
+            del views, bufs
+            if cuda and hasattr(torch._C, "_host_emptyCache"):
+                # Give the pinned buffers back: cached, they would be dumped
+                # with the process at the next checkpoint.
+                torch._C._host_emptyCache()
 
     # -- forward --
 
@@ -662,6 +715,7 @@ class Model:
             self.paused.discard("weights")
             r["weights_reload_s"] = round(time.time() - t, 3)
             r["weights_reload_gbps"] = round(self.cfg["weights_bytes"] / GB / max(r["weights_reload_s"], 1e-9), 2)
+            r["weights_checksum_s"] = self.checksum_seconds  # part of weights_reload_s
             self.loaded_checksum = got
             r["resumed"].append("weights")
         if "kv_cache" in tags and "kv_cache" in self.paused:
