@@ -95,8 +95,12 @@ test_get_restore_tid_prints_the_tid() {
 
 test_get_restore_tid_fails_for_non_cuda_process() {
 	host 1
-	STUB_FAIL=cuCheckpointProcessGetRestoreThreadId=3 ckpt --get-restore-tid -p 77
-	is "$rc" 1 "exit status" && has "$out" "CUDA_ERROR_NOT_INITIALIZED (3)" "error"
+	STUB_FAIL=cuCheckpointProcessGetRestoreThreadId=3 REKINDLE_CUDA_CHECKPOINT_LOG=$T/log ckpt --get-restore-tid -p 77
+	is "$rc" 1 "exit status" && has "$out" "pid 77 uses no CUDA (CUDA_ERROR_NOT_INITIALIZED (3))" "message" &&
+		has "$(cat "$T/log")" "pid 77: uses no CUDA" "log" || return 1
+	[[ "$(cat "$T/log")" != *error* ]] || { echo "logged as an error: $(cat "$T/log")"; return 1; }
+	STUB_FAIL=cuCheckpointProcessGetRestoreThreadId=1 ckpt --get-restore-tid -p 77
+	is "$rc" 1 "exit status (another error)" && has "$out" "get-restore-tid of pid 77 failed" "error"
 }
 
 test_plugin_sequence_lock_checkpoint_restore_unlock() {
