@@ -354,11 +354,11 @@ for rep in $(seq "$reps"); do
 	measure cached "$rep" "bench-cached-$rep" "$image" "${env_flags[@]}"
 	n rm -f "bench-cached-$rep" >/dev/null
 
-	# The pages files that this checkpoint's first restore extracted, and the
-	# checkpoint layer it read them from.
-	# nerdctl run unpacks the image's layer as a snapshot of its own before
-	# containerd fills the cache: both hold the pages; take the cache's, the
-	# later (higher numbered) snapshot.
+	# The pages files that this checkpoint's first restore read, and the
+	# checkpoint layer they came from: nerdctl run unpacks the layer as a
+	# snapshot, which containerd's cache then uses (containerd-patches/0006);
+	# should it extract a copy of its own, take that, the later (higher
+	# numbered) snapshot.
 	snap=$(find "$dir/root/io.containerd.snapshotter.v1.overlayfs/snapshots" -xdev -cnewer "$dir/mark" -type f \
 		-name 'pages-*.img' -path '*/fs/checkpoint/*' 2>/dev/null | sed 's|/fs/checkpoint/.*||' | sort -Vu | tail -1)
 	mapfile -t pages < <(find "${snap:-/nonexistent}/fs/checkpoint" -name 'pages-*.img' -type f 2>/dev/null)

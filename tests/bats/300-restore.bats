@@ -76,7 +76,8 @@ layer_of() {
 
 # make_checkpoint_image SRC IMAGE: checkpoint the running container SRC
 # (which stops it) and store it as checkpoint image IMAGE. CKPT_BASE_NAME
-# and CKPT_BASE_REF override the base image recorded in config.dump.
+# and CKPT_BASE_REF override the base image recorded in config.dump;
+# CKPT_SYMLINK=1 adds a symlink to the archive.
 make_checkpoint_image() {
 	local src=$1 image=$2
 	local dir=$BATS_FILE_TMPDIR/ck-${image//[:\/]/_}
@@ -95,6 +96,8 @@ make_checkpoint_image() {
 
 	run_nerdctl checkpoint create --checkpoint-dir "$dir/criu" "$src" ck
 	mv "$dir/criu/ck" "$dir/archive/checkpoint"
+	# CKPT_SYMLINK=1: an entry no checkpoint needs, which restores must not follow.
+	[ "${CKPT_SYMLINK:-}" != 1 ] || ln -s /etc/hostname "$dir/archive/stray-link"
 
 	jq .Spec "$dir/info.json" >"$dir/archive/spec.dump"
 	jq -n --arg id "$id" --arg name "$src" \
@@ -195,7 +198,9 @@ PY
 	run_nerdctl rm -f r1
 }
 
-@test "a second restore of an image extracts nothing" {
+# nerdctl unpacked the image to run it: containerd-patches/0006 reads the
+# checkpoint from that snapshot instead of extracting the layer again.
+@test "restores read the checkpoint from the unpacked image, extracting nothing" {
 	local image=rekindle.local/ckpt:engine layer p1 p2 misses
 	layer=$(layer_of "$image")
 	p1=$(free_port)
@@ -210,11 +215,13 @@ PY
 	wait_healthy "$p2"
 	is "$(log_count "checkpoint cache miss: .* of checkpoint layer $layer")" "$misses" "cache misses after the second restore"
 	is "$(log_count "checkpoint cache hit: extracted checkpoint of checkpoint layer $layer")" "$((hits + 1))" "cache hits"
-	is "$(cache_entries "$layer" | grep -c '/data Committed$')" "1" "one extracted copy of the checkpoint"
+	is "$(log_count "checkpoint cache: using the unpacked checkpoint image as the extracted checkpoint of checkpoint layer $layer")" "1" "the unpacked image used"
+	is "$(log_count "checkpoint cache: stored extracted checkpoint of checkpoint layer $layer")" "0" "extractions"
+	is "$(cache_entries "$layer" | grep -c '/data-view View$')" "1" "the cache's view of the checkpoint"
 	run_nerdctl rm -f r2a r2b
 }
 
-@test "two concurrent restores of a new image both succeed, extracting once" {
+@test "two concurrent restores of a new image both succeed, setting up the cache once" {
 	local image=rekindle.local/ckpt:concurrent port layer
 	port=$(free_port)
 	start_engine cc-src "$port"
@@ -236,7 +243,8 @@ PY
 	wait "$jb" || die "second restore failed: $(cat "$BATS_TEST_TMPDIR/b.out")"
 	wait_healthy "$pa"
 	wait_healthy "$pb"
-	is "$(log_count "checkpoint cache: stored extracted checkpoint of checkpoint layer $layer")" "1" "extractions"
+	is "$(log_count "checkpoint cache: using the unpacked checkpoint image as the extracted checkpoint of checkpoint layer $layer")" "1" "checkpoint set up"
+	is "$(log_count "checkpoint cache: stored extracted checkpoint of checkpoint layer $layer")" "0" "extractions"
 	is "$(log_count "checkpoint cache: stored root filesystem of checkpoint layer $layer")" "1" "rootfs diff applications"
 	is "$(state_of "$pa" start_time)" "$(state_of "$pb" start_time)" "both are the checkpointed process"
 	run_nerdctl rm -f r3a r3b
@@ -262,9 +270,10 @@ PY
 	local image=rekindle.local/ckpt:big port layer
 	port=$(free_port)
 	# A few hundred MiB of process memory make the extraction last long
-	# enough to be interrupted.
+	# enough to be interrupted. A symlink in the archive makes containerd
+	# extract the layer (filtering it out) rather than use nerdctl's unpack.
 	start_engine big-src "$port" -e ENGINE_STATE_MB=384
-	make_checkpoint_image big-src "$image"
+	CKPT_SYMLINK=1 make_checkpoint_image big-src "$image"
 	run_nerdctl rm -f big-src
 	layer=$(layer_of "$image")
 
@@ -279,6 +288,7 @@ PY
 	kill -KILL "$pid"
 	wait_for "containerd $pid to die" 10 gone "$pid"
 	wait "$job" && die "restore r5 succeeded although containerd was killed"
+	is "$(log_count "not using its unpacked snapshot .*stray-link is not a directory or regular file")" "1" "the symlink named"
 	[ "$(log_count "checkpoint cache: stored extracted checkpoint of checkpoint layer $layer")" -eq 0 ] ||
 		die "extraction finished before the kill; raise ENGINE_STATE_MB in this test"
 

@@ -242,9 +242,10 @@ logged() {
 	# containerd-patches/0003: the base image comes from the local store.
 	logged "base image $ENGINE_IMAGE (sha256:[0-9a-f]*) found in the local store by digest"
 	logged "Restored container $CTR successfully"
-	# containerd-patches/0005: CRI extracts into the checkpoint cache once;
-	# a second restore of the image reads it from there.
-	logged "checkpoint cache miss: building extracted checkpoint of checkpoint layer"
+	# containerd-patches/0005: CRI sets the checkpoint up in the cache once
+	# (0006: from the unpacked image when the import unpacked it, else by
+	# extracting the layer); a second restore of the image reads it from there.
+	logged "checkpoint cache\(: using the unpacked checkpoint image as the\| miss: building\) extracted checkpoint of checkpoint layer"
 	cri_do rmp --force "$POD"
 	run_engine_pod dst2 "$image" "$port"
 	wait_healthy "$port"
