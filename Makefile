@@ -88,7 +88,7 @@ $(BIN)/runc: $(PINS)/runc scripts/apply-patches.sh $(call series,runc-patches) |
 test-patches: $(BIN)/containerd $(BIN)/runc
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test ./internal/checkpointimage/
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCheckpointDir|TestCheckpointImagePath' ./internal/cri/server/
-	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -run 'TestAddCriu' ./libcontainer/
+	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -run 'TestAddCriu|TestUpLoopback|TestHasLoopback' ./libcontainer/
 UNIT_TESTS += test-patches
 
 $(BIN)/criu: $(PINS)/criu scripts/build-criu.sh | $(BUILDDIR)/.deps

@@ -190,6 +190,10 @@ PY
 	[ "$c" -ge "$(cat "$BATS_FILE_TMPDIR/ck1.counter")" ] || die "counter went back to $c"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$(cat "$BATS_FILE_TMPDIR/ck1.text")" "greedy output"
 	is "$(state_of "$port" loaded_sha256)" "$(state_of "$port" weights_sha256)" "weights checksum"
+	# runc-patches/0002: the restored network namespace's lo is up, with no
+	# wake helper in this image to bring it up.
+	run_nerdctl exec r1 cat /sys/class/net/lo/flags
+	(( output & 1 )) || die "lo is down in the restored container (flags $output)"
 
 	grep -q "image $image is a checkpoint of container" "$RK_DIR/containerd.log" ||
 		die "containerd did not log the restore of $image"

@@ -167,11 +167,12 @@ func wait(p engine.Profile, poll, deadline time.Duration) {
 	}
 }
 
-// loopbackUp brings the container's lo up. runc restores a container into
-// a new network namespace without CRIU restoring its interfaces (the CNI
-// hook configures eth0 again) and, unlike at start, does not bring lo up,
-// so engines and this helper would find 127.0.0.1 unreachable. oci-checkpoint
-// gives the helper CAP_NET_ADMIN for this one call.
+// loopbackUp brings the container's lo up. Stock runc restores a container
+// into a new network namespace without CRIU restoring its interfaces (the
+// CNI hook configures eth0 again) and, unlike at start, does not bring lo
+// up, so engines and this helper would find 127.0.0.1 unreachable. Our runc
+// (runc-patches/0002) does; this covers a stock one. oci-checkpoint gives
+// the helper CAP_NET_ADMIN for this one call.
 func loopbackUp() string {
 	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
