@@ -50,7 +50,7 @@ say() {
 }
 
 skip_if_no_gpu_stack() {
-	[ -f /etc/cdi/nvidia.yaml ] || ls /etc/cdi/*.yaml /var/run/cdi/*.yaml >/dev/null 2>&1 ||
+	compgen -G '/etc/cdi/*.yaml' >/dev/null || compgen -G '/var/run/cdi/*.yaml' >/dev/null ||
 		skip "no CDI spec for nvidia.com/gpu in /etc/cdi: run 'nvidia-ctk cdi generate --output=/etc/cdi/nvidia.yaml' (tests/gpu/run.sh does)"
 	"$HOST_PY" -c 'import torch' 2>/dev/null ||
 		skip "$HOST_PY has no torch: the GPU engine runs the host's Python + PyTorch (set REKINDLE_PYTHON)"

@@ -120,7 +120,7 @@ wait_healthy() {
 
 skip_if_no_gpu() {
 	if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; then
-		skip "no NVIDIA GPU on this host (nvidia-smi -L fails): GPU tests run on a lent GPU machine, see tests/gpu/README.md"
+		skip "no NVIDIA GPU on this host (nvidia-smi -L fails): GPU tests run on a GPU machine through tests/gpu/run.sh (README.md, Tests)"
 	fi
 }
 

@@ -38,13 +38,6 @@ export PATH=$opt/bin:$opt/bats/bin:$PATH REKINDLE_BIN=$opt/bin
 export REKINDLE_CUDA_CHECKPOINT_LOG=$out/cuda-checkpoint.log
 nvidia-ctk cdi list
 criu check || echo "warning: criu check failed"
-# Seen on a lent H100 (2026-11-23): CRIU's mount engine v2 failed to restore
-# a CDI file mount ("mnt-v2: Can't remount .../mnt-N with MS_PRIVATE: Invalid
-# argument" for /usr/share/glvnd/egl_vendor.d/10_nvidia.json). Record how the
-# host has that file, for the next run to compare.
-ls -la /usr/share/glvnd/egl_vendor.d/ 2>&1 | head -5
-findmnt -T /usr/share/glvnd/egl_vendor.d/10_nvidia.json 2>&1 | head -3
-
 export REKINDLE_BATS_FILES=${REKINDLE_BATS_FILES:-tests/bats/500-gpu.bats}
 export REKINDLE_BATS_FLAGS=--no-tempdir-cleanup
 "$root/tests/run.sh"
