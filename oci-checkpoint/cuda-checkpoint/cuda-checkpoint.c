@@ -208,7 +208,7 @@ int main(int argc, char **argv)
 		/* CRIU's plugin asks this of every process it dumps; most use no
 		 * CUDA, and the driver says so with NOT_INITIALIZED. That answer is
 		 * expected, so it is logged as such rather than as an error. */
-		if ((r = d.GetRestoreThreadId(pid, &v)) == 3 /* CUDA_ERROR_NOT_INITIALIZED */) {
+		if ((r = d.GetRestoreThreadId(pid, &v)) == CUDA_ERROR_NOT_INITIALIZED) {
 			fprintf(stderr, "cuda-checkpoint: pid %d uses no CUDA (%s)\n", pid, driver_error(&d, r));
 			note("pid %d: uses no CUDA", pid);
 		} else if ((r = checked(&d, r, "get-restore-tid", pid)) == 0) {

@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 typedef int CUresult;
+enum { CUDA_ERROR_NOT_INITIALIZED = 3 };
 typedef int CUdevice;
 typedef struct { unsigned char bytes[16]; } CUuuid;
 
