@@ -91,7 +91,7 @@ test-patches: $(BIN)/containerd $(BIN)/runc
 	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -run 'TestAddCriu|TestUpLoopback|TestHasLoopback' ./libcontainer/
 UNIT_TESTS += test-patches
 
-$(BIN)/criu: $(PINS)/criu scripts/build-criu.sh | $(BUILDDIR)/.deps
+$(BIN)/criu: $(PINS)/criu scripts/build-criu.sh scripts/apply-patches.sh $(call series,criu-patches) | $(BUILDDIR)/.deps
 	PREFIX=$(PREFIX) scripts/build-criu.sh $(CRIU_VERSION) $(CRIU_DEB_VERSION) $(CRIU_SHA256) $(SRC)/criu $(BUILDDIR)
 	@touch $@
 

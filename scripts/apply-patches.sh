@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # apply-patches.sh PATCH_DIR SRC_DIR MODULE: apply the patch series listed in
 # PATCH_DIR/series to a pristine source tree of Go module MODULE (the release
-# pinned in versions.mk), e.g. containerd-patches/ to containerd.
+# pinned in versions.mk), e.g. containerd-patches/ to containerd. MODULE
+# "criu" names CRIU's source tree instead (criu-patches/).
 #
 # All patches are applied to a scratch copy first; only when every one
 # applies is the copy swapped in for SRC_DIR. So SRC_DIR ends up either fully
@@ -14,8 +15,13 @@ die() { echo "apply-patches.sh: $*" >&2; exit 1; }
 here=$(realpath -e "$1" 2>/dev/null) || die "$1: no such directory"
 src=$(realpath -e "$2" 2>/dev/null) || die "$2: no such directory"
 module=$3
-[ -f "$src/go.mod" ] && grep -qxF "module $module" "$src/go.mod" ||
-	die "$src is not a source tree of $module (its go.mod does not name it)"
+if [ "$module" = criu ]; then
+	[ -f "$src/Makefile.versions" ] && grep -q '^CRIU_VERSION_MAJOR' "$src/Makefile.versions" ||
+		die "$src is not a CRIU source tree (no Makefile.versions naming CRIU_VERSION_MAJOR)"
+else
+	[ -f "$src/go.mod" ] && grep -qxF "module $module" "$src/go.mod" ||
+		die "$src is not a source tree of $module (its go.mod does not name it)"
+fi
 command -v patch >/dev/null || die "patch(1) is missing: apt-get install patch"
 
 mapfile -t patches < <(sed -e 's/#.*//' -e 's/[[:space:]]*$//' -e '/^$/d' "$here/series")

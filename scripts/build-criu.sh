@@ -2,7 +2,9 @@
 # build-criu.sh VERSION DEB_VERSION SHA256 SRCDIR OUTDIR
 # Fetch CRIU's orig tarball from Debian's sources (apt's own mirror, through a
 # private apt state so the host's sources stay untouched), verify it against
-# the pin, and build criu and its CUDA plugin into OUTDIR/{bin,lib/criu}.
+# the pin, apply criu-patches/, and build criu and its CUDA plugin into
+# OUTDIR/{bin,lib/criu}. With STOCK=1 the series is left out (benchmarks
+# compare the two).
 set -euo pipefail
 . "$(dirname "$0")/lib.sh"
 [ $# -eq 5 ] || die "usage: $0 VERSION DEB_VERSION SHA256 SRCDIR OUTDIR"
@@ -27,6 +29,7 @@ fi
 rm -rf "$src"
 mkdir -p "$src"
 tar -xJf "$dl/$tarball" -C "$src" --strip-components=1
+[ "${STOCK:-0}" = 1 ] || "$(dirname "$0")/apply-patches.sh" "$(dirname "$0")/../criu-patches" "$src" criu
 note "building criu $ver"
 make -C "$src" -j"$(nproc)" PREFIX="${PREFIX:-/usr/local}" PLUGINDIR="${PREFIX:-/usr/local}/lib/criu" criu >"$src/build.log" 2>&1 ||
 	{ tail -20 "$src/build.log" >&2; die "criu build failed; full log: $src/build.log"; }
