@@ -23,7 +23,7 @@ CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
 STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk $(BIN)/nvidia-cdi-hook \
 	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge
 
-.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches demo bench clean distclean FORCE
+.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches demo bench bench-criu clean distclean FORCE
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -144,6 +144,14 @@ demo: build ## checkpoint a running engine and restore it with nerdctl run, prin
 
 bench: build ## benchmarks: restore phase times, first vs cached
 	scripts/bench.sh
+
+# Stock CRIU, the same pinned release without criu-patches/, for bench-criu.
+$(BUILDDIR)/stock/bin/criu: $(PINS)/criu scripts/build-criu.sh | $(BUILDDIR)/.deps
+	STOCK=1 PREFIX=$(PREFIX) scripts/build-criu.sh $(CRIU_VERSION) $(CRIU_DEB_VERSION) $(CRIU_SHA256) $(SRC)/criu-stock $(BUILDDIR)/stock
+	@touch $@
+
+bench-criu: $(BIN)/criu $(BUILDDIR)/stock/bin/criu ## benchmark: CRIU restore of a synthetic process, stock vs criu-patches/
+	BENCH_CRIU_STOCK=$(BUILDDIR)/stock/bin/criu scripts/bench-criu.sh
 
 clean: ## remove built binaries (keeps fetched sources and downloads)
 	rm -rf $(BIN) $(PINS) $(BUILDDIR)/lib
