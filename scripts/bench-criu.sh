@@ -39,7 +39,7 @@ for c in "$stock" "$ours"; do
 	[ -x "$c" ] || die "$c is missing: run 'make bench-criu' (it builds both)"
 done
 "$ours" --help | grep -q -- --restore-threads || die "$ours is not built with criu-patches/"
-need_tool gcc jq python3 setsid
+need_tool jq python3 setsid awk
 cpus=$(nproc)
 
 rm -rf "$dir"
@@ -50,8 +50,14 @@ cleanup() {
 	[ "${BENCH_CRIU_KEEP:-0}" = 1 ] || rm -rf "$dir"
 }
 trap cleanup EXIT
-gcc -O2 -static -o "$dir/memstate" "$root/tests/criu/memstate.c" || die "cannot build memstate"
-gcc -O2 -pthread -o "$dir/pagefill" "$root/scripts/pagefill.c" || die "cannot build pagefill"
+# Its two C tools: from the stack's folder where a bundle put them (a GPU
+# host may have no compiler), else built here.
+if [ -x "$bin/memstate" ] && [ -x "$bin/pagefill" ]; then
+	cp "$bin/memstate" "$bin/pagefill" "$dir/"
+else
+	gcc -O2 -static -o "$dir/memstate" "$root/tests/criu/memstate.c" || die "cannot build memstate"
+	gcc -O2 -pthread -o "$dir/pagefill" "$root/scripts/pagefill.c" || die "cannot build pagefill"
+fi
 
 # wait_file FILE SECONDS
 wait_file() {
@@ -99,7 +105,7 @@ t0=$(date +%s.%N)
 t1=$(date +%s.%N)
 wait_free $pids # the dump killed them
 bytes=$(cat "$dir"/img/pages-*.img | wc -c)
-dump_s=$(echo "$t1 - $t0" | bc)
+dump_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
 biggest=$(ls -S "$dir"/img/pages-*.img | head -1)
 
 # restore NAME CRIU CACHE: one restore; prints a JSON line.
@@ -116,7 +122,7 @@ restore() {
 	same=true
 	diff -r "$dir/before" "$dir/after-$name" >&2 || same=false
 	kill_tree
-	echo "{\"criu\": \"$name\", \"cache\": \"$cache\", \"seconds\": $(echo "$e - $s" | bc), \"same\": $same}"
+	echo "{\"criu\": \"$name\", \"cache\": \"$cache\", \"seconds\": $(awk -v a="$s" -v b="$e" 'BEGIN { printf "%.3f", b - a }'), \"same\": $same}"
 }
 
 results=$dir/results.jsonl
@@ -147,6 +153,8 @@ jq -n --argjson bytes "$bytes" --argjson dump_s "$dump_s" --argjson cpus "$cpus"
 	--slurpfile runs "$results" \
 	'{host: $host, kernel: $kernel, cpu: $cpu, cpus: $cpus, image_bytes: $bytes, dump_seconds: $dump_s,
 	  floor_1_thread: $floor1, floor_all_threads: $floorn, restores: $runs}' >"$json"
-/usr/bin/python3 "$root/scripts/bench-criu-report.py" "$json" || note "no chart or table: the raw result is $json"
+report_py=/usr/bin/python3
+/usr/bin/python3 -c 'import matplotlib' 2>/dev/null || report_py=python3
+"$report_py" "$root/scripts/bench-criu-report.py" "$json" || note "no chart or table: the raw result is $json"
 for f in "$out/criu-$stamp".*; do cp "$f" "$out/latest-criu.${f##*.}"; done
 cat "$out/criu-$stamp.md" 2>/dev/null || cat "$json"

@@ -20,12 +20,18 @@ for t in containerd containerd-shim-runc-v2 ctr runc criu nerdctl nvidia-ctk \
 	cp "$b/bin/$t" "$stage/bin/"
 done
 cp "$b/bin/cni/"* "$stage/bin/cni/"
+# bench-criu.sh's parts: stock CRIU beside ours, and its two C tools, static
+# (the GPU host may have no compiler).
+[ -x "$b/stock/bin/criu" ] || die "$b/stock/bin/criu is missing: run 'make $b/stock/bin/criu' first"
+cp "$b/stock/bin/criu" "$stage/bin/criu-stock"
+gcc -O2 -static -o "$stage/bin/memstate" "$root/tests/criu/memstate.c" || die "cannot build memstate"
+gcc -O2 -static -pthread -o "$stage/bin/pagefill" "$root/scripts/pagefill.c" || die "cannot build pagefill"
 cp "$(command -v jq)" "$stage/bin/"
 strip "$stage/bin/"* "$stage/bin/cni/"* 2>/dev/null || true
 cp "$b/lib/criu/cuda_plugin.so" "$stage/lib/criu/"
 
 # Shared libraries outside glibc; the GPU host's glibc is as new or newer.
-ldd "$stage/bin/criu" "$stage/bin/jq" "$stage/bin/runc" | awk '/=> \//{print $3}' | sort -u |
+ldd "$stage/bin/criu" "$stage/bin/criu-stock" "$stage/bin/jq" "$stage/bin/runc" | awk '/=> \//{print $3}' | sort -u |
 	grep -vE '/(libc|libm|libdl|libpthread|librt|ld-linux[^/]*)\.so' |
 	while read -r l; do cp -L "$l" "$stage/lib/"; done
 

@@ -13,7 +13,7 @@ mkdir -p "$opt/libexec"
 tar -C "$opt" -xJf "$bundle" || die "cannot unpack $bundle into $opt"
 # criu and jq need the Debian libraries packed beside them; only they get
 # them, so the host's Python and PyTorch keep the host's own.
-for t in criu jq; do
+for t in criu criu-stock jq; do
 	[ -f "$opt/libexec/$t" ] || mv "$opt/bin/$t" "$opt/libexec/$t"
 	printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/libexec/%s "$@"\n' "$opt" "$opt" "$t" >"$opt/bin/$t"
 	chmod 0755 "$opt/bin/$t"
