@@ -23,7 +23,7 @@ CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
 STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk $(BIN)/nvidia-cdi-hook \
 	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge
 
-.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches demo bench bench-criu clean distclean FORCE
+.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches test-criu demo bench bench-criu clean distclean FORCE
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -90,6 +90,11 @@ test-patches: $(BIN)/containerd $(BIN)/runc
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCheckpointDir|TestCheckpointImagePath' ./internal/cri/server/
 	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -run 'TestAddCriu|TestUpLoopback|TestHasLoopback' ./libcontainer/
 UNIT_TESTS += test-patches
+
+# CRIU's own zdtm memory tests, run against the patched tree.
+test-criu: $(BIN)/criu
+	scripts/test-criu-zdtm.sh $(SRC)/criu
+UNIT_TESTS += test-criu
 
 $(BIN)/criu: $(PINS)/criu scripts/build-criu.sh scripts/apply-patches.sh $(call series,criu-patches) | $(BUILDDIR)/.deps
 	PREFIX=$(PREFIX) scripts/build-criu.sh $(CRIU_VERSION) $(CRIU_DEB_VERSION) $(CRIU_SHA256) $(SRC)/criu $(BUILDDIR)
