@@ -46,7 +46,7 @@ rm -rf "$dir"
 mkdir -p "$dir/img" "$out"
 tree_pid=
 cleanup() {
-	[ -n "$tree_pid" ] && kill -KILL -- "-$tree_pid" 2>/dev/null
+	[ -n "$tree_pid" ] && [ "$tree_pid" -gt 1 ] && kill -KILL -- "-$tree_pid" 2>/dev/null
 	[ "${BENCH_CRIU_KEEP:-0}" = 1 ] || rm -rf "$dir"
 }
 trap cleanup EXIT

@@ -1,0 +1,117 @@
+#!/usr/bin/env bats
+# The patched CRIU (criu-patches/) restores process memory exactly: every
+# page of a process with a 1 GB heap, sparse pages, many VMAs, memfd, shared
+# anonymous memory and COW pages after fork, through containerd; and a
+# damaged pages image fails the restore cleanly instead of hanging.
+#
+# tests/criu/memstate builds the process and reports a digest per region;
+# make test-criu runs CRIU's own zdtm memory tests.
+
+load helpers
+
+setup_file() {
+	"$BIN/criu" --help | grep -q -- --restore-threads ||
+		skip "$BIN/criu is not built with criu-patches/ (run 'make build')"
+	stack_up
+	load_image base
+	export MEMSTATE=$BATS_FILE_TMPDIR/memstate
+	gcc -O2 -static -o "$MEMSTATE" "$REKINDLE_ROOT/tests/criu/memstate.c"
+}
+
+teardown_file() {
+	stack_down
+}
+
+teardown() {
+	# A tree that a failed test left outside containerd: memstate runs in
+	# its own process group, which the test records (host pids only).
+	local g
+	g=$(cat "$BATS_TEST_TMPDIR/host-pgid" 2>/dev/null || true)
+	[[ $g =~ ^[0-9]+$ ]] && [ "$g" -gt 1 ] && kill -KILL -- "-$g" 2>/dev/null
+	run_nerdctl '?' rm -f ms
+}
+
+# none_running PID...: none of these processes runs (gone, or a zombie).
+none_running() {
+	local p
+	for p in "$@"; do
+		[ ! -d "/proc/$p" ] || grep -q '^State:[[:space:]]*Z' "/proc/$p/status" 2>/dev/null || return 1
+	done
+}
+
+# none_alive PID...: none of these processes exists, not even as a zombie.
+none_alive() {
+	local p
+	for p in "$@"; do [ ! -d "/proc/$p" ] || return 1; done
+}
+
+# both_reports OUT SEND...: run SEND (which signals the memstate tree), wait
+# for the parent's and the child's digests in OUT, print them.
+both_reports() {
+	local out=$1
+	shift
+	rm -f "$out/parent.txt" "$out/child.txt"
+	"$@"
+	wait_for "memstate's digests" 120 test -s "$out/parent.txt" -a -s "$out/child.txt"
+	cat "$out/parent.txt" "$out/child.txt"
+}
+
+# threads PID: the thread count of PID and of each of its children.
+threads() {
+	local p
+	for p in $1 $(cat "/proc/$1/task/$1/children"); do
+		ls "/proc/$p/task" | wc -l
+	done
+}
+
+@test "a container's memory restored through containerd matches page by page" {
+	local d=$BATS_TEST_TMPDIR/ms
+	mkdir -p "$d/out"
+	cp "$MEMSTATE" "$d/"
+	run_nerdctl run -d --name ms -v "$d:/ms" "$BASE_IMAGE" /ms/memstate 1100 /ms/out
+	wait_for "memstate to fill its memory" 120 test -s "$d/out/ready"
+	local before after pid threads0
+	before=$(both_reports "$d/out" "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" kill -s USR1 ms)
+	[[ $before == *"heap "*"shared_kb"* ]] || die "memstate reported nothing: '$before'"
+	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' ms)
+	threads0=$(threads "$pid")
+
+	run_nerdctl checkpoint create ms ck1
+	run_nerdctl start --checkpoint ck1 ms
+
+	after=$(both_reports "$d/out" "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" kill -s USR1 ms)
+	is "$after" "$before" "every region's digest, resident pages and COW-shared pages after the restore"
+	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' ms)
+	is "$(threads "$pid")" "$threads0" "thread counts of parent and child: the fill's helper threads are gone"
+}
+
+@test "a truncated pages image fails the restore, naming the image, with no process left" {
+	local d=$BATS_TEST_TMPDIR/ms img=$BATS_TEST_TMPDIR/img
+	mkdir -p "$d/out" "$img"
+	setsid "$MEMSTATE" 200 "$d/out" </dev/null >"$d/log" 2>&1 &
+	wait_for "memstate to fill its memory" 60 test -s "$d/out/ready"
+	cat "$d/out/ready" >"$BATS_TEST_TMPDIR/host-pgid"
+	local tree
+	tree=$(ps -o pid= -g "$(cat "$d/out/ready")")
+	run_cmd "$BIN/criu" dump -t "$(cat "$d/out/ready")" -D "$img" -o dump.log
+	wait_for "the dumped tree to exit" 30 none_alive $tree
+
+	# Cut the end off the largest pages image: the parent's heap.
+	local pages
+	pages=$(ls -S "$img"/pages-*.img | head -1)
+	truncate -s -1M "$pages"
+
+	# Serial (0001) and parallel (0002) fill alike; stock CRIU spins forever here.
+	local n
+	for n in 1 2; do
+		run_cmd '?' timeout 120 "$BIN/criu" restore -d -D "$img" -o "restore-$n.log" --restore-threads "$n"
+		[ "$status" -ne 0 ] || die "restore of a truncated image succeeded"
+		[ "$status" -ne 124 ] || die "restore of a truncated image hung (timeout)"
+		run grep -o "$(basename "$pages") is shorter than its pagemap" "$img/restore-$n.log"
+		[ "$status" -eq 0 ] || die "restore.log does not name $(basename "$pages"): $(grep Error "$img/restore-$n.log")"
+		# criu kills what it restored; the zombies go once init reaps them.
+		none_running $tree || die "a half-restored process is left: $(ps -o pid=,stat=,args= -p "$(echo $tree | tr ' ' ,)")"
+		# The next restore needs the pids back: wait for init to reap them.
+		wait_for "the failed restore's zombies to be reaped" 60 none_alive $tree
+	done
+}
