@@ -307,6 +307,48 @@ PY
 	run_nerdctl rm -f r5b
 }
 
+@test "a restore that fails on a damaged checkpoint drops its cache entry; the next one rebuilds it" {
+	local image=rekindle.local/ckpt:damaged port layer
+	port=$(free_port)
+	start_engine dmg-src "$port"
+	local before
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	[ -n "$before" ] && [ "$before" != null ] || die "no generation before the checkpoint: '$before'"
+	# The symlink makes containerd extract the layer into the cache, the
+	# copy a full disk or damage can cut short.
+	CKPT_SYMLINK=1 make_checkpoint_image dmg-src "$image"
+	run_nerdctl rm -f dmg-src
+	layer=$(layer_of "$image")
+	run_nerdctl run -d --name dmg1 -p "127.0.0.1:$port:30000" "$image"
+	wait_healthy "$port"
+	run_nerdctl rm -f dmg1
+
+	# Cut the end off the pages images of the cache's extracted copy.
+	local data n=0 f
+	data=$("$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshots mounts /x \
+		"checkpoint-cache/$layer/data-view" | grep -o '/[^ ,:]*/snapshots/[0-9]*/fs' | head -1)
+	[ -d "$data/checkpoint" ] || die "no extracted checkpoint under the cache's data view: '$data'"
+	for f in "$data"/checkpoint/pages-*.img; do
+		[ "$(stat -c %s "$f")" -gt 65536 ] || continue
+		truncate -s -64K "$f"
+		n=$((n + 1))
+	done
+	[ "$n" -gt 0 ] || die "no pages image to damage in $data/checkpoint"
+
+	run_nerdctl '?' run -d --name dmg2 -p "127.0.0.1:$port:30000" "$image"
+	[ "$status" -ne 0 ] || die "a restore from a damaged checkpoint succeeded"
+	is "$(log_count "checkpoint cache: dropped 2 snapshot(s) of checkpoint layer $layer after a failed restore")" "1" \
+		"the data view and the extracted copy dropped"
+	run_nerdctl rm -f dmg2
+	[ -z "$(cache_entries "$layer" | grep -E '/data(-view)? ')" ] || die "cache entry kept: $(cache_entries "$layer")"
+
+	run_nerdctl run -d --name dmg3 -p "127.0.0.1:$port:30000" "$image"
+	wait_healthy "$port"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "the rebuilt restore answers as before"
+	is "$(log_count "checkpoint cache: stored extracted checkpoint of checkpoint layer $layer")" "2" "extracted anew"
+	run_nerdctl rm -f dmg3
+}
+
 @test "a bind mount missing from the new container is named before CRIU runs" {
 	local image=rekindle.local/ckpt:bind data=$BATS_TEST_TMPDIR/data
 	mkdir -p "$data"
