@@ -4,8 +4,9 @@
 # Run by `make bench-criu`; needs no GPU (run it on the 16-core GPU box too).
 #
 # The process is tests/criu/memstate: BENCH_CRIU_GB GiB of heap (the parent's
-# own, so CRIU's restorer fills it) plus 0.45 GB of sparse, COW, memfd and
-# shared memory in a parent and a forked child. It is dumped once; then each
+# own, so CRIU's restorer fills it) plus sparse, COW, memfd and shared
+# memory (BENCH_CRIU_SHARED_MB each of the last two) in a parent and a
+# forked child. It is dumped once; then each
 # repetition restores the same images with stock criu and with ours, in
 # alternating order, from a warm page cache (and once each from a cold one),
 # checks every region's digest against the dump, and kills the tree again.
@@ -14,6 +15,7 @@
 #
 # Environment:
 #   BENCH_CRIU_GB      heap size in GiB (2)
+#   BENCH_CRIU_SHARED_MB  size of its memfd and of its shared anonymous memory, each, in MiB (32)
 #   BENCH_REPS         repetitions (3)
 #   BENCH_CRIU_COLD    1: also one restore each with the page cache dropped (1)
 #   BENCH_CRIU_STOCK   stock criu (build/stock/bin/criu)
@@ -93,7 +95,7 @@ drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 note "starting memstate with a ${gb} GiB heap"
 mkdir -p "$dir/out"
-setsid "$dir/memstate" $((gb * 1024)) "$dir/out" </dev/null >"$dir/memstate.log" 2>&1 &
+setsid "$dir/memstate" $((gb * 1024)) "$dir/out" "${BENCH_CRIU_SHARED_MB:-32}" </dev/null >"$dir/memstate.log" 2>&1 &
 wait_file "$dir/out/ready" 600
 tree_pid=$(cat "$dir/out/ready")
 report "$dir/before"
@@ -148,10 +150,12 @@ floorn=$("$dir/pagefill" "$biggest" "$cpus")
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 json=$out/criu-$stamp.json
 jq -n --argjson bytes "$bytes" --argjson dump_s "$dump_s" --argjson cpus "$cpus" \
+	--argjson heap_gib "$gb" --argjson shared_mib "${BENCH_CRIU_SHARED_MB:-32}" \
 	--argjson floor1 "$floor1" --argjson floorn "$floorn" --arg host "$(uname -n)" \
 	--arg kernel "$(uname -r)" --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
 	--slurpfile runs "$results" \
-	'{host: $host, kernel: $kernel, cpu: $cpu, cpus: $cpus, image_bytes: $bytes, dump_seconds: $dump_s,
+	'{host: $host, kernel: $kernel, cpu: $cpu, cpus: $cpus, heap_gib: $heap_gib, shared_mib_each: $shared_mib,
+	  image_bytes: $bytes, dump_seconds: $dump_s,
 	  floor_1_thread: $floor1, floor_all_threads: $floorn, restores: $runs}' >"$json"
 report_py=/usr/bin/python3
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || report_py=python3

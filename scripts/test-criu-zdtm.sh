@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # test-criu-zdtm.sh SRCDIR: run CRIU's own memory tests (zdtm) against the
 # patched CRIU built in SRCDIR, twice: as the restore runs by default, and
-# with CRIU_FAULT=139, which sends every task, however small, through the
-# parallel fill of criu-patches/0002 (zdtm's images are far below its 64 MiB
-# threshold otherwise).
+# with CRIU_FAULT=139, which sends every task and shared mapping, however
+# small, through the parallel fills of criu-patches/0002 and 0003 (zdtm's
+# images are far below their 64 MiB threshold otherwise).
 #
 # zdtm runs most tests as an unprivileged user, and criu then needs
 # CAP_SYS_RESOURCE to read their rlimits (prlimit of another user's
@@ -54,6 +54,9 @@ rm -rf "$src/test/dump"
 args+=(--keep-img always)
 run_zdtm CRIU_FAULT=139
 # Prove the helpers ran: the restorer logs each parallel fill.
-fills=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log 2>/dev/null | grep -c 'Filling .* with [2-9][0-9]* threads' || true)
-[ "$fills" -gt 0 ] || die "zdtm: no restore filled its memory with helper threads (no 'Filling ... threads' in restore.log)"
-note "zdtm: $fills restored tasks were filled by helper threads"
+logs=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log 2>/dev/null)
+fills=$(grep -c 'Filling .* private memory .* with [2-9][0-9]* threads' <<<"$logs" || true)
+shared=$(grep -c 'Filling .* shared memory .* with [2-9][0-9]* processes' <<<"$logs" || true)
+[ "$fills" -gt 0 ] || die "zdtm: no restore filled private memory with helper threads (no 'Filling ... threads' in restore.log)"
+[ "$shared" -gt 0 ] || die "zdtm: no restore filled shared memory with helper processes (no 'Filling ... processes' in restore.log)"
+note "zdtm: helpers filled private memory in $fills restored tasks and shared memory in $shared mappings"

@@ -1,12 +1,12 @@
 /*
- * memstate HEAP_MB OUTDIR: a process whose memory has every shape CRIU must
- * restore, for checking a restore page by page.
+ * memstate HEAP_MB OUTDIR [SHARED_MB]: a process whose memory has every shape
+ * CRIU must restore, for checking a restore page by page.
  *
  *   heap    HEAP_MB of private anonymous memory, every page written
  *   sparse  256 MiB private, one page in 16 written: the rest must stay unmapped
  *   vmas    1000 two-page mappings that cannot merge (alternating protection)
- *   memfd   32 MiB memfd, mapped shared
- *   shm     32 MiB shared anonymous memory, written by parent and child
+ *   memfd   SHARED_MB (32) of memfd, mapped shared
+ *   shm     SHARED_MB (32) of shared anonymous memory, written by parent and child
  *   cow     128 MiB private, written before fork; the child rewrites one page
  *           in 4, so the other pages stay shared copy-on-write
  *
@@ -177,13 +177,15 @@ int main(int argc, char **argv)
 	pid_t child;
 	int fd, i, ready[2];
 
-	if (argc != 3) {
-		fprintf(stderr, "usage: memstate HEAP_MB OUTDIR\n");
+	if (argc != 3 && argc != 4) {
+		fprintf(stderr, "usage: memstate HEAP_MB OUTDIR [SHARED_MB]\n");
 		return 2;
 	}
 	page = sysconf(_SC_PAGESIZE);
 	heap_len = strtoul(argv[1], NULL, 10) * MiB;
 	outdir = argv[2];
+	if (argc == 4)
+		memfd_len = shm_len = strtoul(argv[3], NULL, 10) * MiB;
 
 	/* Signals are taken by sigwait only; the child inherits the mask. */
 	sigemptyset(&set);
