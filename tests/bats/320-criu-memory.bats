@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # The patched CRIU (criu-patches/) restores process memory exactly: every
-# page of a process with a 1 GB heap, sparse pages, many VMAs, memfd, shared
-# anonymous memory and COW pages after fork, through containerd; and a
+# page of a process with a 1 GB heap, sparse pages, many VMAs, 80 MiB each of
+# memfd and shared anonymous memory and COW pages after fork, through
+# containerd; and a
 # damaged pages image fails the restore cleanly instead of hanging.
 #
 # tests/criu/memstate builds the process and reports a digest per region;
@@ -68,7 +69,9 @@ threads() {
 	local d=$BATS_TEST_TMPDIR/ms
 	mkdir -p "$d/out"
 	cp "$MEMSTATE" "$d/"
-	run_nerdctl run -d --name ms -v "$d:/ms" "$BASE_IMAGE" /ms/memstate 1100 /ms/out
+	# 80 MiB each of memfd and shared anonymous memory: above the 64 MiB
+	# under which CRIU fills a mapping serially.
+	run_nerdctl run -d --name ms -v "$d:/ms" "$BASE_IMAGE" /ms/memstate 1100 /ms/out 80
 	wait_for "memstate to fill its memory" 120 test -s "$d/out/ready"
 	local before after pid threads0
 	before=$(both_reports "$d/out" "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" kill -s USR1 ms)
