@@ -9,14 +9,19 @@
  *    full swap works);
  *  - an identity permutation means no pairs at all.
  * $REKINDLE_PROC replaces /proc (tests use a fake tree). */
+#define _GNU_SOURCE /* O_PATH */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
+#include <unistd.h>
 
 #include "remap.h"
 #include "util.h"
@@ -85,38 +90,109 @@ static int find(const CUuuid *set, int n, const CUuuid *u)
 	return -1;
 }
 
-static char *slurp(const char *path)
+/*
+ * Open path inside the process's root, as the process would: a symlink in
+ * the container resolves within it, never to a host file (we run as root
+ * on the host). -1 with errno on failure.
+ */
+static int open_in_root(int pid, const char *path, int flags)
 {
-	FILE *f = fopen(path, "r");
-	if (!f)
+	char root[4096];
+	snprintf(root, sizeof root, "%s/%d/root", proc_root(), pid);
+	int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rfd < 0)
+		return -1;
+	struct open_how how = {
+		.flags = (unsigned long long)(flags | O_CLOEXEC),
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+	};
+	int fd = (int)syscall(SYS_openat2, rfd, path, &how, sizeof how);
+	int err = errno;
+	close(rfd);
+	errno = err;
+	return fd;
+}
+
+/* devices.json lists a few GPUs: anything larger is not ours. */
+#define SLURP_MAX (1 << 20)
+
+/* The whole file up to SLURP_MAX bytes, NUL-terminated; NULL with errno
+ * (EFBIG: larger). Reads to EOF: /proc files report no size. */
+static char *slurp(int fd)
+{
+	struct stat st;
+	if (fstat(fd, &st) < 0)
 		return NULL;
+	if (!S_ISREG(st.st_mode)) {
+		errno = EINVAL;
+		return NULL;
+	}
 	size_t cap = 1 << 16, len = 0;
 	char *buf = malloc(cap + 1);
-	size_t got;
-	while (buf && (got = fread(buf + len, 1, cap - len, f)) > 0) {
-		len += got;
+	while (buf) {
+		ssize_t got = read(fd, buf + len, cap - len);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got < 0) {
+			int err = errno;
+			free(buf);
+			errno = err;
+			return NULL;
+		}
+		if (got == 0)
+			break;
+		len += (size_t)got;
+		if (len > SLURP_MAX) {
+			free(buf);
+			errno = EFBIG;
+			return NULL;
+		}
 		if (len == cap) {
 			char *more = realloc(buf, 2 * cap + 1);
-			if (!more) { free(buf); buf = NULL; break; }
+			if (!more) {
+				free(buf);
+				buf = NULL;
+				break;
+			}
 			buf = more;
 			cap *= 2;
 		}
 	}
-	fclose(f);
 	if (buf)
 		buf[len] = 0;
 	return buf;
 }
 
-/* The GPUs the container saw at checkpoint. 1: no file, 0: read, -1: error. */
-static int read_old(const char *path, CUuuid *out, int *n)
+static char *slurp_path(const char *path)
 {
-	char *text = slurp(path);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return NULL;
+	char *text = slurp(fd);
+	int err = errno;
+	close(fd);
+	errno = err;
+	return text;
+}
+
+/* The GPUs the container saw at checkpoint. 1: no file, 0: read, -1: error. */
+static int read_old(int pid, const char *path, CUuuid *out, int *n)
+{
 	*n = 0;
+	int fd = open_in_root(pid, "/.rekindle/devices.json", O_RDONLY | O_NOFOLLOW);
+	if (fd < 0 && errno == ENOENT)
+		return 1;
+	char *text = fd < 0 ? NULL : slurp(fd);
+	int err = errno;
+	if (fd >= 0)
+		close(fd);
 	if (!text) {
-		if (errno == ENOENT)
-			return 1;
-		fail("cannot read %s: %s", path, strerror(errno));
+		if (err == EFBIG)
+			fail("%s is larger than %d bytes: not a devices.json oci-checkpoint wrote", path, SLURP_MAX);
+		else if (err == ELOOP)
+			fail("%s is a symlink: refusing to follow it (rewrite it as a file)", path);
+		else
+			fail("cannot read %s: %s", path, strerror(err));
 		return -1;
 	}
 	/* Every "uuid": "..." member, wherever it sits: the file is a list of
@@ -173,7 +249,7 @@ static int read_driver_gpus(struct node *out, int *n)
 		if (e->d_name[0] == '.')
 			continue;
 		snprintf(path, sizeof path, "%s/%s/information", dir, e->d_name);
-		char *text = slurp(path);
+		char *text = slurp_path(path);
 		if (!text) {
 			fail("cannot read %s: %s", path, strerror(errno));
 			ret = -1;
@@ -218,11 +294,14 @@ static int read_visible(int pid, CUuuid *out, int *n)
 	if (read_driver_gpus(gpus, &ngpus))
 		return -1;
 
-	char dir[4096], path[4400];
+	char dir[4096];
 	snprintf(dir, sizeof dir, "%s/%d/root/dev", proc_root(), pid);
-	DIR *d = opendir(dir);
+	int dfd = open_in_root(pid, "/dev", O_RDONLY | O_DIRECTORY);
+	DIR *d = dfd < 0 ? NULL : fdopendir(dfd);
 	if (!d) {
 		fail("cannot list %s: %s", dir, strerror(errno));
+		if (dfd >= 0)
+			close(dfd);
 		return -1;
 	}
 	struct dirent *e;
@@ -232,9 +311,10 @@ static int read_visible(int pid, CUuuid *out, int *n)
 		/* The node's own minor counts, not its name. A plain file (test
 		 * trees) falls back to the number in the name. */
 		struct stat st;
-		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
 		int m = atoi(e->d_name + 6);
-		if (stat(path, &st) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == NVIDIA_MAJOR)
+		/* Not followed: a symlink in the container's /dev is not a GPU node. */
+		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode) &&
+		    major(st.st_rdev) == NVIDIA_MAJOR)
 			m = (int)minor(st.st_rdev);
 		int i = nm++;
 		for (; i > 0 && minors[i - 1] > m; i--) /* insertion sort */
@@ -328,7 +408,7 @@ static int auto_pairs(int pid, const CUuuid *host, int nhost, CUcheckpointGpuPai
 
 	if (read_visible(pid, vis, &nvis))
 		return -1;
-	int r = read_old(json, old, &nold);
+	int r = read_old(pid, json, old, &nold);
 	if (r < 0)
 		return -1;
 	if (r == 1) {

@@ -211,6 +211,38 @@ test_missing_devices_json_with_all_gpus_restores_as_is() {
 	is "$rc" 0 "exit status" && restored_with "args=null"
 }
 
+test_devices_json_symlink_to_a_host_file_is_not_followed() {
+	host 2; sees 0 1
+	local dir=$T/proc/$P/root/.rekindle secret=$T/host-secret
+	mkdir -p "$dir"
+	printf '[{"uuid": "%s"}] host-only-content\n' "${U[1]}" >"$secret"
+	ln -sf "$secret" "$dir/devices.json"
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" && has "$out" "devices.json is a symlink: refusing to follow it" "error" &&
+		{ [[ $out != *host-only-content* ]] || fail_msg "the host file's content is in the output:" "$out"; } &&
+		is "$calls" "" "no restore call"
+}
+
+test_dev_symlink_out_of_the_root_stays_in_the_root() {
+	host 2
+	# /dev itself a symlink to an absolute path: resolved in the container's
+	# root, where that path does not exist, never on the host.
+	local root=$T/proc/$P/root
+	rm -rf "$root/dev" && mkdir -p "$root"
+	mkdir -p "$T/hostdev" && touch "$T/hostdev/nvidia0" "$T/hostdev/nvidia1"
+	ln -s "$T/hostdev" "$root/dev"
+	recorded 0 1
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" && has "$out" "cannot list $root/dev" "error" && is "$calls" "" "no restore call"
+}
+
+test_oversized_devices_json_is_refused() {
+	host 2; sees 0 1; recorded 0 1
+	head -c 2000000 /dev/zero | tr '\0' ' ' >>"$T/proc/$P/root/.rekindle/devices.json"
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" && has "$out" "is larger than 1048576 bytes" "error" && is "$calls" "" "no restore call"
+}
+
 test_missing_devices_json_with_some_gpus_is_an_error() {
 	host 2; sees 1
 	ckpt --action restore --pid $P
