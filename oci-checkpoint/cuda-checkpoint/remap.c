@@ -256,7 +256,10 @@ static int read_driver_gpus(struct node *out, int *n)
 			break;
 		}
 		char *uuid = strstr(text, "GPU UUID:"), *minor = strstr(text, "Device Minor:");
-		if (!uuid || !minor || *n == MAX_GPUS) {
+		if (*n == MAX_GPUS) {
+			fail("%s lists more than %d GPUs, the most this tool handles", dir, MAX_GPUS);
+			ret = -1;
+		} else if (!uuid || !minor) {
 			fail("%s: no \"GPU UUID:\" or \"Device Minor:\" line", path);
 			ret = -1;
 		} else {

@@ -137,7 +137,9 @@ var checkCmd = &cli.Command{
 			return err
 		}
 		if cc.Bool("json") {
-			printJSON(r)
+			if err := printJSON(r); err != nil {
+				return err
+			}
 		}
 		if !r.Restorable {
 			return cli.Exit(fmt.Sprintf("this host cannot restore %s:\n  %s", r.Image, strings.Join(r.Problems, "\n  ")), 1)

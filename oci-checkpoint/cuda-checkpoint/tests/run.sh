@@ -259,6 +259,19 @@ test_more_gpus_than_the_host_has() {
 		is "$calls" "" "no restore call"
 }
 
+test_more_gpus_than_the_tool_handles_is_named() {
+	host 1; sees 0; recorded 0
+	local i d
+	for ((i = 1; i <= 64; i++)); do
+		d=$T/proc/driver/nvidia/gpus/0000:$(printf %02x $i):00.0
+		mkdir -p "$d"
+		printf 'GPU UUID: \t GPU-0b000000-1111-2222-3333-%012x\nDevice Minor: \t %d\n' "$i" "$i" >"$d/information"
+	done
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" && has "$out" "lists more than 64 GPUs, the most this tool handles" "error" &&
+		is "$calls" "" "no restore call"
+}
+
 test_gpu_count_changed_is_an_error() {
 	host 4; sees 0 1; recorded 2
 	ckpt --action restore --pid $P

@@ -48,8 +48,12 @@ func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec
 func resume(ctx context.Context, root *inroot.Root, eng *engine.Client, o Options, helperUp bool, task client.Task) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), o.WakeDeadline)
 	defer cancel()
-	if st, err := task.Status(ctx); err != nil || st.Status != client.Running {
-		return fmt.Errorf("the container is no longer running")
+	st, err := task.Status(ctx)
+	if err != nil {
+		return fmt.Errorf("ask containerd whether the container still runs: %w", err)
+	}
+	if st.Status != client.Running {
+		return fmt.Errorf("the container is no longer running (%s)", st.Status)
 	}
 	if !helperUp {
 		for _, call := range o.Engine.Resume {

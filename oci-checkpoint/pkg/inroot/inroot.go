@@ -6,6 +6,7 @@ package inroot
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 
@@ -127,8 +128,11 @@ func (r *Root) ReadFile(name string) ([]byte, error) {
 		}
 		n, err := f.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if err != nil || n == 0 {
+		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
 			return buf, nil
+		}
+		if err != nil {
+			return nil, err
 		}
 	}
 }

@@ -58,3 +58,17 @@ func TestSymlinkStaysInRoot(t *testing.T) {
 		t.Fatal("ReadFile followed a symlink")
 	}
 }
+
+// A read that fails part way must fail ReadFile, not return what came
+// before the error. /proc/self/mem is a regular file whose first page is
+// unmapped in every process: reading it fails with EIO.
+func TestReadFileReportsReadErrors(t *testing.T) {
+	r, err := Open("/proc/self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if b, err := r.ReadFile("mem"); err == nil {
+		t.Fatalf("ReadFile of /proc/self/mem: %d bytes and no error", len(b))
+	}
+}
