@@ -116,7 +116,12 @@ restore() {
 	if [ "$cache" = cold ]; then drop_caches; else cat "$dir"/img/pages-*.img >/dev/null; fi
 	rm -f "$dir/restored.pid"
 	s=$(date +%s.%N)
-	"$criu" restore -d -D "$dir/img" -o "restore-$name.log" -v2 --pidfile "$dir/restored.pid" ||
+	# This restores into the host's pid namespace, where our CRIU uses helper
+	# threads only when told how many (in a container's own namespace, as
+	# runc restores, it takes one per CPU by default).
+	local extra=()
+	[ "$name" = patched ] && extra=(--restore-threads "$cpus")
+	"$criu" restore -d -D "$dir/img" -o "restore-$name.log" -v2 --pidfile "$dir/restored.pid" "${extra[@]}" ||
 		die "$name restore failed: $dir/img/restore-$name.log"
 	e=$(date +%s.%N)
 	tree_pid=$(cat "$dir/restored.pid")
