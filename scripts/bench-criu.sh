@@ -92,6 +92,8 @@ wait_free() {
 	tree_pid=
 }
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+# elapsed FROM TO: seconds between two `date +%s.%N` stamps.
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 
 note "starting memstate with a ${gb} GiB heap"
 mkdir -p "$dir/out"
@@ -107,12 +109,13 @@ t0=$(date +%s.%N)
 t1=$(date +%s.%N)
 wait_free $pids # the dump killed them
 bytes=$(cat "$dir"/img/pages-*.img | wc -c)
-dump_s=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+dump_s=$(elapsed "$t0" "$t1")
 biggest=$(ls -S "$dir"/img/pages-*.img | head -1)
 
-# restore NAME CRIU CACHE: one restore; prints a JSON line.
+# restore stock|patched warm|cold: one restore; prints a JSON line.
 restore() {
-	local name=$1 criu=$2 cache=$3 s e same
+	local name=$1 cache=$2 criu=$stock s e same
+	[ "$name" = patched ] && criu=$ours
 	if [ "$cache" = cold ]; then drop_caches; else cat "$dir"/img/pages-*.img >/dev/null; fi
 	rm -f "$dir/restored.pid"
 	s=$(date +%s.%N)
@@ -129,21 +132,19 @@ restore() {
 	same=true
 	diff -r "$dir/before" "$dir/after-$name" >&2 || same=false
 	kill_tree
-	echo "{\"criu\": \"$name\", \"cache\": \"$cache\", \"seconds\": $(awk -v a="$s" -v b="$e" 'BEGIN { printf "%.3f", b - a }'), \"same\": $same}"
+	echo "{\"criu\": \"$name\", \"cache\": \"$cache\", \"seconds\": $(elapsed "$s" "$e"), \"same\": $same}"
 }
 
 results=$dir/results.jsonl
 : >"$results"
 for ((r = 1; r <= reps; r++)); do
 	note "repetition $r of $reps"
-	if ((r % 2)); then order="stock ours"; else order="ours stock"; fi
-	for v in $order; do
-		if [ $v = stock ]; then restore stock "$stock" warm; else restore patched "$ours" warm; fi >>"$results"
-	done
+	if ((r % 2)); then order="stock patched"; else order="patched stock"; fi
+	for v in $order; do restore "$v" warm >>"$results"; done
 done
 if [ "$cold" = 1 ]; then
-	restore stock "$stock" cold >>"$results"
-	restore patched "$ours" cold >>"$results"
+	restore stock cold >>"$results"
+	restore patched cold >>"$results"
 fi
 grep -q '"same": false' "$results" && die "a restore changed the process's memory: see the diff above"
 

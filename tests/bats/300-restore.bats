@@ -59,11 +59,6 @@ no_cache_entries() {
 	[ -z "$(cache_entries "$1")" ]
 }
 
-# gone PID: PID has exited (a zombie counts).
-gone() {
-	! grep -q '^State:[[:space:]]*[^Z]' "/proc/$1/status" 2>/dev/null
-}
-
 # grown FILE N: FILE has more than N lines.
 grown() {
 	[ "$(wc -l <"$1")" -gt "$2" ]

@@ -32,14 +32,6 @@ teardown() {
 	run_nerdctl '?' rm -f ms
 }
 
-# none_running PID...: none of these processes runs (gone, or a zombie).
-none_running() {
-	local p
-	for p in "$@"; do
-		[ ! -d "/proc/$p" ] || grep -q '^State:[[:space:]]*Z' "/proc/$p/status" 2>/dev/null || return 1
-	done
-}
-
 # none_alive PID...: none of these processes exists, not even as a zombie.
 none_alive() {
 	local p
@@ -113,7 +105,7 @@ threads() {
 		run grep -o "$(basename "$pages") is shorter than its pagemap" "$img/restore-$n.log"
 		[ "$status" -eq 0 ] || die "restore.log does not name $(basename "$pages"): $(grep Error "$img/restore-$n.log")"
 		# criu kills what it restored; the zombies go once init reaps them.
-		none_running $tree || die "a half-restored process is left: $(ps -o pid=,stat=,args= -p "$(echo $tree | tr ' ' ,)")"
+		gone $tree || die "a half-restored process is left: $(ps -o pid=,stat=,args= -p "$(echo $tree | tr ' ' ,)")"
 		# The next restore needs the pids back: wait for init to reap them.
 		wait_for "the failed restore's zombies to be reaped" 60 none_alive $tree
 	done

@@ -82,6 +82,14 @@ is() {
 	die "$what"
 }
 
+# gone PID...: every PID has exited (a zombie counts).
+gone() {
+	local p
+	for p in "$@"; do
+		! grep -q '^State:[[:space:]]*[^Z]' "/proc/$p/status" 2>/dev/null || return 1
+	done
+}
+
 # wait_for DESC SECONDS CMD...: poll CMD until it succeeds.
 wait_for() {
 	local desc=$1 secs=$2 i
