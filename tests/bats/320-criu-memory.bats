@@ -104,8 +104,10 @@ threads() {
 		[ "$status" -ne 124 ] || die "restore of a truncated image hung (timeout)"
 		run grep -o "$(basename "$pages") is shorter than its pagemap" "$img/restore-$n.log"
 		[ "$status" -eq 0 ] || die "restore.log does not name $(basename "$pages"): $(grep Error "$img/restore-$n.log")"
-		# criu kills what it restored; the zombies go once init reaps them.
-		gone $tree || die "a half-restored process is left: $(ps -o pid=,stat=,args= -p "$(echo $tree | tr ' ' ,)")"
+		# criu kills what it restored, and may return while the SIGKILL is
+		# still landing: give the tree a few seconds to be dead (zombies
+		# count; init reaps them).
+		wait_for "no process of the failed restore left running" 10 gone $tree
 		# The next restore needs the pids back: wait for init to reap them.
 		wait_for "the failed restore's zombies to be reaped" 60 none_alive $tree
 	done
