@@ -3,7 +3,8 @@
 # read. Included by the top Makefile (run make from the repo root).
 #
 #   make images        build the archives (a second run rebuilds nothing)
-#   make test-images   unit tests of the CPU and GPU engines (plain python3, no containers)
+#   make test-images   unit tests of the CPU and GPU engines and of the weight set
+#                      client images/weights/ (plain python3, no containers)
 
 IMAGES_SRC           := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 IMAGES_OUT           ?= $(or $(BUILDDIR),build)/images
@@ -48,10 +49,11 @@ $(CPU_ENGINE_IMAGE_TAR): $(BASE_IMAGE_TAR) $(IMAGES_OUT)/.params-cpu-engine \
 
 $(GPU_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-gpu-engine $(IMAGES_SRC)/gpu-engine/build.sh \
 		$(IMAGES_SRC)/gpu-engine/server.py $(IMAGES_SRC)/gpu-engine/launch.sh \
-		$(IMAGES_SRC)/gpu-engine/host-python.sh $(IMAGES_SRC)/lib.sh
+		$(IMAGES_SRC)/gpu-engine/host-python.sh $(IMAGES_SRC)/weights/rekindle_weights.py $(IMAGES_SRC)/lib.sh
 	GPU_ENGINE_IMAGE_REF=$(GPU_ENGINE_IMAGE_REF) \
 		GPU_ENGINE_PARAMS_GB=$(GPU_ENGINE_PARAMS_GB) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
-test-images: ## unit tests of the CPU and GPU reference engines (plain python3; GPU engine's torch tests skip without torch)
+test-images: ## unit tests of the CPU and GPU reference engines and the weight set client (plain python3; torch and CUDA tests skip without them)
 	cd $(IMAGES_SRC)/cpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
 	cd $(IMAGES_SRC)/gpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
+	cd $(IMAGES_SRC)/weights && python3 -B -m unittest test_rekindle_weights
