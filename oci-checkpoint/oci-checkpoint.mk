@@ -12,8 +12,14 @@ $(BIN)/oci-checkpoint: $(OCI_CHECKPOINT_SRC) | $(BUILDDIR)/.deps
 $(BIN)/rekindle-wake: $(OCI_CHECKPOINT_SRC) | $(BUILDDIR)/.deps
 	cd oci-checkpoint && CGO_ENABLED=0 $(GOBUILD) -ldflags "-s -w" -o $(ABSBIN)/rekindle-wake ./cmd/rekindle-wake
 
+# The weight-set service and its OCI hook (docs/weights.md); static, as
+# runc runs the hook with an empty environment.
+$(BIN)/rekindle-weights: $(OCI_CHECKPOINT_SRC) | $(BUILDDIR)/.deps
+	cd oci-checkpoint && CGO_ENABLED=0 $(GOBUILD) -ldflags "-X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)" \
+		-o $(ABSBIN)/rekindle-weights ./cmd/rekindle-weights
+
 test-oci-checkpoint: ## unit tests of oci-checkpoint (go test)
 	cd oci-checkpoint && GOFLAGS=-mod=mod $(GO) test ./...
 
-BUILD_EXTRA += $(BIN)/oci-checkpoint $(BIN)/rekindle-wake
+BUILD_EXTRA += $(BIN)/oci-checkpoint $(BIN)/rekindle-wake $(BIN)/rekindle-weights
 UNIT_TESTS += test-oci-checkpoint
