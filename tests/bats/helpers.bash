@@ -152,3 +152,43 @@ start_engine() {
 state_of() {
 	engine GET "$1" /state | jq -r ".$2"
 }
+
+# ---- the weight-set service (docs/weights.md) ------------------------------
+
+# weights_up [serve flags...]: start rekindle-weights for this file with its
+# root, socket, state and CDI spec under $BATS_FILE_TMPDIR/weights, and
+# point nerdctl at that CDI dir (NERDCTL_TOML) instead of /etc/cdi. Its pid
+# goes to a file: a test may restart it, teardown_file stops the last one.
+weights_up() {
+	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
+	export REKINDLE_WEIGHTS_SOCKET=$WEIGHTS_DIR/weights.sock
+	mkdir -p "$WEIGHTS_DIR/cdi"
+	printf 'cdi_spec_dirs = ["%s"]\n' "$WEIGHTS_DIR/cdi" >"$WEIGHTS_DIR/nerdctl.toml"
+	export NERDCTL_TOML=$WEIGHTS_DIR/nerdctl.toml
+	setsid "$BIN/rekindle-weights" serve --root "$WEIGHTS_DIR/root" --state "$WEIGHTS_DIR/state/sets.json" \
+		--cdi-dir "$WEIGHTS_DIR/cdi" "$@" >>"$WEIGHTS_DIR/weights.log" 2>&1 </dev/null 3>&- &
+	echo $! >"$WEIGHTS_DIR/weights.pid"
+	wait_for "rekindle-weights on $REKINDLE_WEIGHTS_SOCKET" 20 "$BIN/rekindle-weights" list
+}
+
+# weights_stop: stop the service (its sets stay in memory).
+weights_stop() {
+	local pid i
+	pid=$(cat "${WEIGHTS_DIR:-/nonexistent}/weights.pid" 2>/dev/null) || return 0
+	kill "$pid" 2>/dev/null
+	for ((i = 0; i < 100; i++)); do
+		gone "$pid" && break
+		sleep 0.1
+	done
+	rm -f "$WEIGHTS_DIR/weights.pid"
+}
+
+# weights_down: stop it and unmount the tmpfs it mounted (the service
+# itself never unmounts it: sets outlive the service).
+weights_down() {
+	[ -n "${WEIGHTS_DIR:-}" ] || return 0
+	weights_stop
+	if mountpoint -q "$WEIGHTS_DIR/root/sets"; then
+		umount "$WEIGHTS_DIR/root/sets" || umount -l "$WEIGHTS_DIR/root/sets"
+	fi
+}

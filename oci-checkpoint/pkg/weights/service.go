@@ -206,6 +206,7 @@ func (s *Service) Load(req LoadRequest) (Status, error) {
 	if st != nil && st.state == StateLoading {
 		done := st.done
 		s.mu.Unlock()
+		s.cfg.Log.Printf("set %s: already loading: this request waits for that load", req.Name)
 		<-done
 		return s.result(st)
 	}

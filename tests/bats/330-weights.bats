@@ -1,0 +1,252 @@
+#!/usr/bin/env bats
+# rekindle-weights: weight sets loaded once into a tmpfs, bound into
+# containers through CDI, kept out of checkpoints (the mapping is an
+# external bind mount), loaded on demand by the CDI hook when a restore
+# finds them missing; bad input fails clearly and leaves nothing behind.
+
+load helpers
+
+QUOTA=160M
+
+setup_file() {
+	[ -x "$BIN/rekindle-weights" ] || skip "$BIN/rekindle-weights is not built (run 'make build')"
+	grep -q "checkpoint cache hit" "$BIN/containerd" ||
+		skip "$BIN/containerd is not built with containerd-patches/ (run 'make build')"
+	stack_up
+	load_image base
+	export CONTAINERD_ADDRESS=$RK_DIR/containerd.sock
+	weights_up --quota "$QUOTA"
+	export SRC=$BATS_FILE_TMPDIR/src
+	mkdir -p "$SRC/small" "$SRC/big"
+	# 40 MiB + 8 MiB of random bytes: a set that would show in a checkpoint.
+	gen_safetensors "$SRC/small/model-1.safetensors" 40
+	gen_safetensors "$SRC/small/model-2.safetensors" 8
+	export SMALL_BYTES=$(($(stat -c %s "$SRC"/small/model-1.safetensors) + $(stat -c %s "$SRC"/small/model-2.safetensors)))
+	run_w load small "$SRC/small"
+}
+
+teardown_file() {
+	stack_down
+	weights_down
+}
+
+# gen_safetensors FILE MIB: a safetensors file holding one U8 tensor of
+# MIB MiB of random bytes.
+gen_safetensors() {
+	python3 - "$1" "$2" <<-'EOF'
+		import json, os, struct, sys
+		n = int(sys.argv[2]) << 20
+		hdr = json.dumps({"w": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]},
+		                  "__metadata__": {"format": "pt"}}).encode()
+		with open(sys.argv[1], "wb") as f:
+		    f.write(struct.pack("<Q", len(hdr)) + hdr + os.urandom(n))
+	EOF
+}
+
+run_w() {
+	local expect=0
+	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
+	run_cmd "$expect" "$BIN/rekindle-weights" "$@"
+}
+
+# A process that maps a set file MAP_SHARED and holds it, serving on port
+# 30000: /sum answers its pid and the sha256 of the bytes it maps; any
+# other path answers 200 (the generic profile's quiesce and resume calls).
+MAPPER='
+import hashlib, http.server, json, mmap, os, sys
+with open(sys.argv[1], "rb") as f:
+    m = mmap.mmap(f.fileno(), 0, mmap.MAP_SHARED, mmap.PROT_READ)
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = b"ok"
+        if self.path == "/sum":
+            body = json.dumps({"pid": os.getpid(), "sha256": hashlib.sha256(m).hexdigest()}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    do_POST = do_GET
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("0.0.0.0", 30000), H).serve_forever()
+'
+
+# start_mapper NAME PORT SET FILE [nerdctl run flags...]
+start_mapper() {
+	local name=$1 port=$2 set=$3 file=$4
+	shift 4
+	run_nerdctl run -d --name "$name" -p "127.0.0.1:$port:30000" --device "rekindle.dev/weights=$set" "$@" \
+		"$BASE_IMAGE" python3 -c "$MAPPER" "/rekindle/weights/$set/$file"
+	wait_healthy "$port"
+}
+
+sum_of() { engine GET "$1" /sum | jq -r ".$2"; }
+
+src_sha() { sha256sum "$1" | cut -d' ' -f1; }
+
+# snapshots: the containerd snapshots (to see none was left behind).
+snapshots() { "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshots ls | tail -n +2 | sort; }
+
+@test "load, list and status; a container reads the set read-only through CDI" {
+	run_w list --json
+	is "$(jq -r '.[] | select(.name == "small") | .state' <<<"$output")" "loaded" "state in list"
+	run_w status --json small
+	is "$(jq -r .bytes <<<"$output")" "$SMALL_BYTES" "bytes"
+	is "$(jq -r .progress <<<"$output")" "$SMALL_BYTES" "progress of a loaded set"
+	is "$(jq -r .loads <<<"$output")" "1" "load counter"
+	is "$(jq -r '.manifest.files | map(.name) | join(" ")' <<<"$output")" "model-1.safetensors model-2.safetensors" "files"
+	local dir=$WEIGHTS_DIR/root/sets/small
+	is "$(stat -c '%a %U' "$dir" "$dir/model-1.safetensors" "$dir/rekindle-set.json" | tr '\n' ' ')" \
+		"755 root 444 root 444 root " "modes and owner"
+	is "$(stat -f -c %T "$WEIGHTS_DIR/root/sets")" "tmpfs" "sets live on a tmpfs"
+	cmp "$SRC/small/model-1.safetensors" "$dir/model-1.safetensors" || die "loaded file differs from its source"
+	jq -e '.kind == "rekindle.dev/weights" and (.devices | map(.name) | index("small") != null)' \
+		"$WEIGHTS_DIR/cdi/rekindle-weights.json" >/dev/null || die "CDI spec lacks the set"
+
+	run_nerdctl run --rm --net none --device rekindle.dev/weights=small "$BASE_IMAGE" \
+		sh -c 'sha256sum /rekindle/weights/small/model-2.safetensors; touch /rekindle/weights/small/x 2>&1; echo rc=$?'
+	[[ $output == *"$(src_sha "$SRC/small/model-2.safetensors")"* ]] || die "container read other bytes"
+	[[ $output == *"Read-only file system"*"rc=1"* ]] || die "the set is writable in the container"
+}
+
+@test "a checkpoint leaves the mapped set out; restore maps it again; evicted, the hook loads it on demand" {
+	local port image=rekindle.local/ckpt:weights want
+	want=$(src_sha "$SRC/small/model-1.safetensors")
+	port=$(free_port)
+	start_mapper wsrc "$port" small model-1.safetensors
+	is "$(sum_of "$port" sha256)" "$want" "mapped bytes before the checkpoint"
+	local pid0
+	pid0=$(sum_of "$port" pid)
+	run_w status --json small
+	[ "$(jq '.mapped_by | length' <<<"$output")" -ge 1 ] || die "status shows no mapper"
+
+	run_cmd "$BIN/oci-checkpoint" create --engine generic --port 30000 \
+		--quiesce 'POST /quiesce' --resume 'POST /resume' wsrc "$image"
+	run_nerdctl rm -f wsrc
+	local layer
+	layer=$("$BIN/oci-checkpoint" inspect --json "$image" | jq -r .layer_size)
+	echo "# checkpoint layer $layer bytes, set $SMALL_BYTES bytes" >&3
+	[ "$layer" -lt "$SMALL_BYTES" ] || die "checkpoint layer ($layer bytes) is as big as the set ($SMALL_BYTES): the set was dumped"
+
+	port=$(free_port)
+	run_nerdctl run -d --name wdst -p "127.0.0.1:$port:30000" --device rekindle.dev/weights=small "$image"
+	wait_healthy "$port"
+	is "$(sum_of "$port" pid)" "$pid0" "restored, not restarted"
+	is "$(sum_of "$port" sha256)" "$want" "mapped bytes after restore"
+	run_nerdctl rm -f wdst
+
+	# Evicted: the restore's createRuntime hook loads it again.
+	run_w evict small
+	run_w status --json small
+	is "$(jq -r .state <<<"$output")" "known" "state after evict"
+	[ -z "$(ls "$WEIGHTS_DIR/root/sets/small")" ] || die "evict left files"
+	port=$(free_port)
+	run_nerdctl run -d --name wdst2 -p "127.0.0.1:$port:30000" --device rekindle.dev/weights=small "$image"
+	wait_healthy "$port"
+	is "$(sum_of "$port" pid)" "$pid0" "restored after an on-demand load"
+	is "$(sum_of "$port" sha256)" "$want" "mapped bytes after an on-demand load"
+	grep -q "weight set small was not loaded on this host; loading it from" "$RK_DIR/containerd.log" ||
+		die "the hook's reason is not in containerd's log"
+	run_w status --json small
+	is "$(jq -r .state <<<"$output")" "loaded" "state after the hook"
+	is "$(jq -r .loads <<<"$output")" "2" "load counter after the hook"
+
+	# Mapped: evict is refused and names the process, --force is not.
+	run_w 1 evict small
+	[[ $output == *"is mapped by pid(s)"*"python3"*"--force"* ]] || die "evict of a mapped set not explained"
+	is "$(sum_of "$port" sha256)" "$want" "mapping intact after the refused evict"
+	run_nerdctl rm -f wdst2
+}
+
+@test "the service restarts while a container maps a set: mapping intact, set adopted" {
+	local port want
+	want=$(src_sha "$SRC/small/model-2.safetensors")
+	run_w load small "$SRC/small"
+	port=$(free_port)
+	start_mapper wkeep "$port" small model-2.safetensors
+	weights_stop
+	is "$(sum_of "$port" sha256)" "$want" "mapping while the service is down"
+	weights_up --quota "$QUOTA"
+	grep -q "set small: adopted" "$WEIGHTS_DIR/weights.log" || die "set not adopted from its manifest"
+	run_w list
+	[[ $output == *small*loaded* ]] || die "adopted set not listed as loaded"
+	run_w status --json small
+	is "$(jq -r .loads <<<"$output")" "0" "nothing read again after the restart"
+	[ "$(jq '.mapped_by | length' <<<"$output")" -ge 1 ] || die "the container's mapping is not seen"
+	is "$(sum_of "$port" sha256)" "$want" "mapping after the restart"
+	run_nerdctl rm -f wkeep
+}
+
+@test "two concurrent loads of one set read it once" {
+	gen_safetensors "$SRC/big/part-1.safetensors" 48
+	gen_safetensors "$SRC/big/part-2.safetensors" 48
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	"$BIN/rekindle-weights" load big "$SRC/big" >"$BATS_TEST_TMPDIR/a" 2>&1 &
+	local a=$!
+	"$BIN/rekindle-weights" load big "$SRC/big" >"$BATS_TEST_TMPDIR/b" 2>&1 &
+	local b=$!
+	wait "$a" || die "first load failed: $(cat "$BATS_TEST_TMPDIR/a")"
+	wait "$b" || die "second load failed: $(cat "$BATS_TEST_TMPDIR/b")"
+	run_w status --json big
+	is "$(jq -r .state <<<"$output")" "loaded" "state"
+	is "$(jq -r .loads <<<"$output")" "1" "load counter"
+	is "$(grep -c 'set big: loading ' "$WEIGHTS_DIR/weights.log")" "1" "loads in the service's log"
+	grep -q "set big: already loading: this request waits" "$WEIGHTS_DIR/weights.log" ||
+		die "the second request did not meet the first load (it came too late to test coalescing)"
+	run_w forget big
+	run_w 1 status big
+}
+
+@test "bad input: unknown set, not safetensors, truncated, over quota" {
+	run_w 1 status nosuch
+	[[ $output == *"weight set nosuch is not known on this host: load it with"* ]] || die "unknown set not explained"
+	run_nerdctl 1 run --rm --net none --device rekindle.dev/weights=nosuch "$BASE_IMAGE" true
+	[[ $output == *"rekindle.dev/weights=nosuch"* ]] || die "nerdctl does not name the unknown set"
+
+	echo "not weights" >"$BATS_TEST_TMPDIR/notes.safetensors"
+	run_w 1 load junk "$BATS_TEST_TMPDIR/notes.safetensors"
+	[[ $output == *"notes.safetensors is not a valid safetensors file"* ]] || die "non-safetensors file not named"
+
+	head -c 5000000 "$SRC/small/model-1.safetensors" >"$BATS_TEST_TMPDIR/cut.safetensors"
+	run_w 1 load junk "$BATS_TEST_TMPDIR/cut.safetensors"
+	[[ $output == *"cut.safetensors is not a valid safetensors file"*"truncated"* ]] || die "truncated file not explained"
+
+	# small (48 MiB) is loaded; 2 x 70 MiB more passes the 160 MiB quota.
+	run_w load small "$SRC/small"
+	gen_safetensors "$BATS_TEST_TMPDIR/huge-1.safetensors" 70
+	gen_safetensors "$BATS_TEST_TMPDIR/huge-2.safetensors" 70
+	run_w 1 load junk "$BATS_TEST_TMPDIR"/huge-*.safetensors
+	[[ $output == *"needs 140.0 MiB, 48.0 MiB of the 160.0 MiB quota is in use"*"--quota"* ]] || die "quota error does not name need, use and quota"
+
+	run_w list --json
+	is "$(jq -r 'map(.name) | index("junk")' <<<"$output")" "null" "failed loads left a set"
+	[ ! -e "$WEIGHTS_DIR/root/sets/junk" ] || die "failed loads left a directory: $(ls -la "$WEIGHTS_DIR/root/sets/junk")"
+}
+
+@test "a container the allow list refuses is not created; an allowed one is" {
+	run_w load --allow 'good-*' guarded "$SRC/small/model-2.safetensors"
+	local before
+	before=$(snapshots)
+	run_nerdctl 1 run --rm --name bad-1 --net none --device rekindle.dev/weights=guarded "$BASE_IMAGE" true
+	[[ $output == *"container bad-1 ("*") may not map weight set guarded"*"--allow"* ]] || die "refusal does not name container, set and fix"
+	run_nerdctl ps -a --format '{{.Names}}'
+	! grep -qx bad-1 <<<"$output" || die "the refused container was left behind"
+	is "$(snapshots)" "$before" "snapshots after the refused container"
+
+	# Without --rm, nerdctl keeps a failed container as Created with its
+	# error (as for any failed start); runc left nothing: no task, no state.
+	run_nerdctl 1 run -d --name bad-2 --net none --device rekindle.dev/weights=guarded "$BASE_IMAGE" sleep 60
+	local id
+	id=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.ID}}' bad-2)
+	run_ctr task ls
+	[[ $output != *"$id"* ]] || die "the refused container has a task"
+	[ ! -e "$RK_DIR/runc/default/$id" ] || die "runc kept state for the refused container"
+	run_nerdctl rm bad-2
+	is "$(snapshots)" "$before" "snapshots after removing it"
+
+	run_nerdctl run --rm --net none --name good-1 --device rekindle.dev/weights=guarded "$BASE_IMAGE" \
+		sha256sum /rekindle/weights/guarded/model-2.safetensors
+	[[ $output == *"$(src_sha "$SRC/small/model-2.safetensors")"* ]] || die "allowed container read other bytes"
+	run_w forget guarded
+}
