@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # build.sh OUT.tar: the GPU reference engine image, one layer: a static
 # busybox (the shell and tools launch.sh needs), /engine/{server.py,
-# launch.sh,host-python.sh} and an empty /weights mount point. No Python
+# launch.sh,host-python.sh,rekindle_weights.py} and empty /weights and
+# /rekindle/weights mount points. No Python
 # or PyTorch inside: the container runs the GPU host's, bound in at run
 # time (see README.md, host-python.sh), so the image stays about 1 MB and
 # travels to a GPU machine beside the stack. Named
@@ -20,7 +21,7 @@ need_tool umoci python3 tar
 work=$(dirname "$out")/work/gpu-engine
 rm -rf "$work"
 root=$work/root
-mkdir -p "$work" "$root"/{bin,etc,engine,weights,tmp,root,proc,sys,dev,usr/bin,host}
+mkdir -p "$work" "$root"/{bin,etc,engine,weights,rekindle/weights,tmp,root,proc,sys,dev,usr/bin,host}
 chmod 1777 "$root/tmp"
 install -m 0755 /bin/busybox "$root/bin/busybox"
 for a in $("$root/bin/busybox" --list); do
@@ -31,6 +32,8 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
 for f in server.py launch.sh host-python.sh; do
 	install -m 0755 "$here/$f" "$root/engine/$f"
 done
+# The weight set client (images/weights/): server.py imports it from beside itself.
+install -m 0644 "$here/../weights/rekindle_weights.py" "$root/engine/rekindle_weights.py"
 find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 layer_tar "$root" "$work/layer.tar"
 
@@ -42,7 +45,7 @@ umoci new --image "$layout:$tag"
 # gloo on loopback, one inductor compile thread, no hub access, and no .pyc
 # writes into the read-only host Python.
 umoci raw add-layer --image "$layout:$tag" --history.created "$created" \
-	--history.created_by "rekindle images/gpu-engine: busybox, server.py, launch.sh, host-python.sh" "$work/layer.tar"
+	--history.created_by "rekindle images/gpu-engine: busybox, server.py, launch.sh, host-python.sh, rekindle_weights.py" "$work/layer.tar"
 umoci config --image "$layout:$tag" --created "$created" --history.created "$created" \
 	--history.created_by "rekindle images/gpu-engine/build.sh" \
 	--config.env PATH=/bin:/usr/bin \

@@ -11,6 +11,11 @@ A real PyTorch transformer behind the CPU reference engine's HTTP API
   $ENGINE_WEIGHTS_DIR/<model-id>.safetensors), written on first start, read
   on every later start and on every resume; a GPU-side checksum of the
   loaded tensors must match the one recorded in the file's metadata.
+- or from a Rekindle weight set (ENGINE_WEIGHT_SET, e.g. /rekindle/weights/NAME,
+  see images/weights/): mapped and registered once at start, copied from on
+  every resume at PCIe speed; when it is absent, not loaded or holds other
+  weights, from the file, with one log line saying why. /state reports each
+  reload's source, bytes, seconds and GB/s.
 - a static KV cache ([layers, 2, tokens, kv_heads, head_dim]) and one CUDA
   graph for the decode step, captured at start.
 - SGLang's memory API through torch_memory_saver, as SGLang uses it: weights
@@ -37,7 +42,8 @@ Environment: ENGINE_HOST (0.0.0.0), ENGINE_PORT (30000), ENGINE_PARAMS_GB (1),
 ENGINE_LAYERS (from the size), ENGINE_SHAPE (auto: 0.5b, 7b or 32b shapes by
 size), ENGINE_SEED (1234), ENGINE_WEIGHTS_DIR (/weights), ENGINE_WEIGHTS,
 ENGINE_CONTEXT_LEN (4096), ENGINE_KV_GB (1), ENGINE_MEMORY_SAVER (1),
-ENGINE_CUDA_GRAPH (1), ENGINE_SITE (extra site-packages folders, ':'-separated).
+ENGINE_CUDA_GRAPH (1), ENGINE_SITE (extra site-packages folders, ':'-separated),
+ENGINE_WEIGHT_SET (a weight set directory; unset: the file only).
 """
 
 import concurrent.futures
@@ -89,6 +95,9 @@ SHAPES = {
 # buffers, each filled by its own reader thread.
 LOAD_CHUNK = 64 << 20
 LOAD_BUFFERS = 8
+# Weight set reload (ENGINE_WEIGHT_SET): CUDA streams for the copies; reloads kept in /state.
+SET_STREAMS = 4
+RELOADS_KEPT = 20
 
 
 def log(msg):
@@ -225,6 +234,81 @@ def read_safetensors_header(f):
     return meta, out, 8 + n
 
 
+def config_meta(cfg):
+    """The model configuration a weights file records (rekindle.config)."""
+    return json.dumps({k: cfg[k] for k in ("shape", "layers", "seed", "hidden", "vocab", "params")})
+
+
+def file_checksum(path):
+    """The checksum a weights file records, or None (no file, none recorded,
+    unreadable: the file load itself then says what is wrong)."""
+    try:
+        with open(path, "rb") as f:
+            return read_safetensors_header(f)[0].get("rekindle.checksum")
+    except (OSError, ValueError, KeyError, struct.error):
+        return None
+
+
+# ---- weight sets (rekindle-weights), chosen without torch -------------------
+
+def weight_set_module():
+    """images/weights/rekindle_weights.py: beside server.py in the image
+    (/engine), in ../weights in the repo; None when neither has it."""
+    try:
+        import rekindle_weights
+        return rekindle_weights
+    except ImportError:
+        d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "weights")
+        if not os.path.isfile(os.path.join(d, "rekindle_weights.py")):
+            return None
+        sys.path.append(os.path.abspath(d))
+        import rekindle_weights
+        return rekindle_weights
+
+
+def select_weight_set(set_dir, cfg, expected_checksum):
+    """(WeightSet, None) when the set at set_dir holds this model's weights,
+    else (None, why and how to fix). expected_checksum: the one the engine
+    holds to (its weights file's, or the loaded weights'); None when it has
+    none yet, and then the set's recorded configuration must be this model's."""
+    rw = weight_set_module()
+    if rw is None:
+        return None, "rekindle_weights.py is not beside server.py: rebuild the gpu-engine image"
+    ws, why = rw.probe(set_dir)
+    if ws is None:
+        return None, why
+    want = dict(param_shapes(cfg))
+    if set(ws.tensors) != set(want):
+        missing, extra = sorted(set(want) - set(ws.tensors)), sorted(set(ws.tensors) - set(want))
+        return None, (f"weight set {set_dir} holds other tensors than model {cfg['model_id']} "
+                      f"({len(missing)} missing, e.g. {missing[:1]}; {len(extra)} extra, e.g. {extra[:1]}): "
+                      f"load the set from this model's weights file")
+    for name, shape in want.items():
+        info = ws.tensors[name]
+        if info.dtype != "BF16" or info.shape != tuple(shape):
+            return None, (f"weight set {set_dir}: {name} is {info.dtype}{list(info.shape)}, model "
+                          f"{cfg['model_id']} wants BF16{list(shape)}: load the set from this model's weights file")
+    try:
+        got, conf = ws.meta("rekindle.checksum"), ws.meta("rekindle.config")
+    except rw.SetError as e:
+        return None, str(e)
+    if not got:
+        return None, (f"weight set {set_dir} records no rekindle.checksum: load it from a weights "
+                      f"file written by server.py make-weights")
+    if expected_checksum and got != expected_checksum:
+        return None, (f"weight set {set_dir} records checksum {got[:16]}, the engine's weights are "
+                      f"{expected_checksum[:16]}: the set holds other weights; load it again from the engine's file")
+    if not expected_checksum:
+        try:
+            same = conf is not None and json.loads(conf) == json.loads(config_meta(cfg))
+        except ValueError:
+            same = False
+        if not same:
+            return None, (f"weight set {set_dir} was made for another model ({conf}), not "
+                          f"{cfg['model_id']}: load the set from this model's weights file")
+    return ws, None
+
+
 # ---- torch_memory_saver's preload hook, found without importing torch ---------
 
 def preload_env():
@@ -328,7 +412,7 @@ def gpu_identity():
 class Model:
     """Weights, KV cache and the decode step. Every method runs on the worker thread."""
 
-    def __init__(self, cfg, path, use_saver, use_graph, phases):
+    def __init__(self, cfg, path, use_saver, use_graph, phases, set_dir=None):
         t = time.time()
         import torch
         import torch.nn.functional as F
@@ -362,13 +446,37 @@ class Model:
         if cfg["tie"]:
             self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
         phases["weights_alloc_s"] = round(time.time() - t, 3)
-        if os.path.exists(path):
+        # A weight set (ENGINE_WEIGHT_SET) first: mapped and registered once,
+        # here, so that every resume after a restore copies at PCIe speed.
+        self.set_dir, self.wset, self.wset_reason, self.wset_register_s = set_dir, None, None, None
+        self.reloads = []  # the last RELOADS_KEPT reloads, for /state
+        self.expected_checksum = file_checksum(path) if os.path.exists(path) else None
+        loaded = False
+        if set_dir and self.attach_set():
+            t = time.time()
+            try:
+                want = self.expected_checksum or self.wset.meta("rekindle.checksum")
+                got, n, copy_s, _ = self._load_from_set(want)
+                self.expected_checksum, loaded = got, True
+                phases["weights_source"] = "weight-set"
+                phases["weights_load_s"] = round(time.time() - t, 3)
+                phases["weights_load_gbps"] = round(n / GB / max(phases["weights_load_s"], 1e-9), 2)
+                phases["weights_copy_gbps"] = round(n / GB / max(copy_s, 1e-9), 2)
+            except (OSError, ValueError) + self._set_errors() as e:
+                self.drop_set(str(e))
+        if loaded:
+            pass
+        elif os.path.exists(path):
+            if set_dir:
+                log(f"weights: loading from the file {path}, not the weight set: {self.wset_reason}")
             t = time.time()
             self.expected_checksum = self.load_weights()
             phases["weights_source"] = "file"
             phases["weights_load_s"] = round(time.time() - t, 3)
             phases["weights_load_gbps"] = round(cfg["weights_bytes"] / GB / max(phases["weights_load_s"], 1e-9), 2)
         else:
+            if set_dir:
+                log(f"weights: generating them (no file {path}), not loading the weight set: {self.wset_reason}")
             t = time.time()
             self.init_weights()
             phases["weights_source"] = "generated"
@@ -481,8 +589,7 @@ class Model:
         torch = self.torch
         entries = param_shapes(self.cfg)
         meta = {"format": "pt", "rekindle.checksum": checksum,
-                "rekindle.config": json.dumps({k: self.cfg[k] for k in
-                                              ("shape", "layers", "seed", "hidden", "vocab", "params")})}
+                "rekindle.config": config_meta(self.cfg)}
         head, _ = safetensors_header(entries, meta)
         os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
         tmp = f"{path}.tmp-{os.getpid()}"
@@ -495,6 +602,94 @@ class Model:
                     f.write(flat[a:a + chunk].cpu().numpy())
         os.replace(tmp, path)
         log(f"wrote {path}: {self.cfg['weights_bytes'] / GB:.2f} GB, checksum {checksum[:16]}")
+
+    def _set_errors(self):
+        rw = weight_set_module()
+        return (rw.SetError, rw.Unavailable) if rw else ()
+
+    def attach_set(self):
+        """Use the weight set at self.set_dir when it holds our weights: map it
+        and register it, once; it stays mapped and registered for the
+        engine's life (release, checkpoint and restore included). False, with
+        self.wset_reason saying why, when it cannot be used."""
+        ws, why = select_weight_set(self.set_dir, self.cfg, self.expected_checksum)
+        if ws is None:
+            self.wset_reason = why
+            return False
+        try:
+            ws.map()
+            reg = ws.register(self.dev) if self.cuda else 0.0
+        except (OSError,) + self._set_errors() as e:
+            ws.close()
+            self.wset_reason = f"weight set {self.set_dir}: {e}"
+            return False
+        self.wset, self.wset_reason = ws, None
+        self.wset_register_s = round(reg, 3)
+        self.phases["weights_set_register_s"] = self.wset_register_s
+        log(f"weights: weight set {ws.name} at {self.set_dir}: {ws.bytes / GB:.2f} GB in {len(ws.files)} "
+            f"file(s), mapped read-only, registered in {reg:.3f}s"
+            f"{' (read-only registration)' if ws.read_only_registration else ''}")
+        return True
+
+    def drop_set(self, why):
+        """Stop using the attached set (it failed a load): unregister, unmap."""
+        log(f"weights: dropping the weight set: {why}")
+        if self.wset is not None:
+            self.wset.close()
+        self.wset, self.wset_reason = None, why
+
+    def _load_from_set(self, want_sum):
+        """Copy the set into the weight tensors and check the GPU checksum.
+        Returns (checksum, bytes, copy seconds, checksum seconds)."""
+        names = [n for n, _ in param_shapes(self.cfg)]
+        n, copy_s = self.wset.copy_into({k: self.w[k] for k in names}, streams=SET_STREAMS)
+        self._sync()
+        t = time.time()
+        got = self.checksum()
+        sum_s = time.time() - t
+        if got != want_sum:
+            raise ValueError(f"weight set {self.set_dir}: weights checksum {got[:16]} after the copy, "
+                             f"want {(want_sum or '?')[:16]}: the set changed; load it again")
+        return got, n, copy_s, sum_s
+
+    def reload_weights(self):
+        """Fill the (just resumed) weight tensors: from the weight set when one
+        is attached (or can be now: the service may have loaded it since),
+        else from the file, saying why in one log line. Returns (checksum,
+        stats for /state)."""
+        st = {}
+        if self.wset is None and self.set_dir and self.attach_set():
+            st["weights_set_register_s"] = self.wset_register_s
+        t = time.time()
+        got = None
+        if self.wset is not None:
+            try:
+                got, n, copy_s, sum_s = self._load_from_set(self.expected_checksum)
+                source = "weight-set"
+            except (OSError, ValueError) + self._set_errors() as e:
+                self.drop_set(str(e))
+        if got is None:
+            if self.set_dir:
+                log(f"weights: reloading from the file {self.path}, not the weight set: {self.wset_reason}")
+            t = time.time()
+            got = self.load_weights()
+            n, sum_s, source = self.cfg["weights_bytes"], self.checksum_seconds, "file"
+            copy_s = time.time() - t - sum_s
+        total = time.time() - t
+        st.update(weights_source=source, weights_reload_bytes=n,
+                  weights_reload_s=round(total, 3), weights_reload_gbps=round(n / GB / max(total, 1e-9), 2),
+                  weights_copy_s=round(copy_s, 3), weights_copy_gbps=round(n / GB / max(copy_s, 1e-9), 2),
+                  weights_checksum_s=round(sum_s, 3))
+        self.reloads = (self.reloads + [dict(st, at=round(time.time(), 3))])[-RELOADS_KEPT:]
+        return got, st
+
+    def weight_set_state(self):
+        ws = self.wset
+        return {"dir": self.set_dir, "attached": ws is not None, "reason": self.wset_reason,
+                "name": ws.name if ws else None, "bytes": ws.bytes if ws else None,
+                "files": ws.files if ws else None, "registered": bool(ws and ws.registered),
+                "read_only_registration": ws.read_only_registration if ws else None,
+                "register_s": self.wset_register_s}
 
     def load_weights(self):
         """Read the file into the (allocated, possibly just resumed) weight
@@ -706,16 +901,13 @@ class Model:
             t = time.time()
             self.saver.resume("weights")
             r["weights_remap_s"] = round(time.time() - t, 3)
-            t = time.time()
             try:
-                got = self.load_weights()
+                got, st = self.reload_weights()
             except (OSError, ValueError):
                 self.saver.pause("weights")  # stay released, as we were
                 raise
             self.paused.discard("weights")
-            r["weights_reload_s"] = round(time.time() - t, 3)
-            r["weights_reload_gbps"] = round(self.cfg["weights_bytes"] / GB / max(r["weights_reload_s"], 1e-9), 2)
-            r["weights_checksum_s"] = self.checksum_seconds  # part of weights_reload_s
+            r.update(st)  # weights_source, _reload_s (checksum included), _copy_s, _gbps, ...
             self.loaded_checksum = got
             r["resumed"].append("weights")
         if "kv_cache" in tags and "kv_cache" in self.paused:
@@ -734,6 +926,7 @@ class Engine:
     def __init__(self):
         self.cfg = model_config()
         self.path = weights_path(self.cfg)
+        self.set_dir = os.environ.get("ENGINE_WEIGHT_SET") or None
         self.use_saver = os.environ.get("ENGINE_MEMORY_SAVER", "1") != "0"
         self.use_graph = os.environ.get("ENGINE_CUDA_GRAPH", "1") != "0"
         self.start_time = process_start_time()
@@ -756,9 +949,11 @@ class Engine:
             self.phase = "loading"
             log(f"model {self.cfg['model_id']}: {self.cfg['params'] / 1e9:.2f}B params, "
                 f"{self.cfg['weights_bytes'] / GB:.2f} GB bf16, {self.cfg['layers']} layers, "
-                f"KV cache {self.cfg['kv_bytes'] / GB:.2f} GB; weights {self.path}; "
+                f"KV cache {self.cfg['kv_bytes'] / GB:.2f} GB; weights {self.path}"
+                f"{', weight set ' + self.set_dir if self.set_dir else ''}; "
                 f"memory saver {'on' if self.use_saver else 'off'}, CUDA graph {'on' if self.use_graph else 'off'}")
-            self.model = Model(self.cfg, self.path, self.use_saver, self.use_graph, self.phases)
+            self.model = Model(self.cfg, self.path, self.use_saver, self.use_graph, self.phases,
+                               set_dir=self.set_dir)
             self.phases["total_s"] = round(time.time() - self.start_time, 3)
             self.identity_at_start = gpu_identity()
             self.phase = "ready"
@@ -830,7 +1025,7 @@ class Engine:
     def snapshot(self):
         base = {
             "phase": self.phase, "error": self.error, "loaded": self.loaded,
-            "model_id": self.cfg["model_id"], "weights_path": self.path,
+            "model_id": self.cfg["model_id"], "weights_path": self.path, "weight_set_dir": self.set_dir,
             "config": {k: self.cfg[k] for k in ("shape", "layers", "hidden", "heads", "kv_heads", "head_dim",
                                                 "inter", "vocab", "params", "weights_bytes", "context_len",
                                                 "kv_tokens", "kv_bytes", "seed")},
@@ -849,6 +1044,7 @@ class Engine:
             m = self.model
             return {"weights_checksum": m.expected_checksum, "loaded_checksum": m.loaded_checksum,
                     "paused": sorted(m.paused), "cached_tokens": len(m.cached_ids),
+                    "weight_set": m.weight_set_state(), "reloads": list(m.reloads),
                     **m.gpu_memory(), **gpu_identity()}
         base.update(self.call(job, timeout=60))
         return base

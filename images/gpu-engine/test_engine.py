@@ -222,3 +222,137 @@ def test_engine_refuses_a_corrupt_weights_file(tmp_path, torch_ok):
                ENGINE_WEIGHTS_DIR=str(tmp_path))
     out = subprocess.run([sys.executable, SERVER], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0 and "checksum" in out.stdout
+
+
+# ---- weight sets (ENGINE_WEIGHT_SET): which source a load takes --------------
+
+TINY = {"ENGINE_SHAPE": "tiny", "ENGINE_LAYERS": "2", "ENGINE_CONTEXT_LEN": "128", "ENGINE_KV_GB": "0"}
+
+
+def make_set(root, cfg, checksum="c0ffee", config=None, name="tiny", dtype="BF16", manifest=True):
+    """A weight set directory holding one zero-filled weights file for cfg."""
+    d = root / name
+    d.mkdir()
+    meta = {"rekindle.checksum": checksum, "rekindle.config": config or server.config_meta(cfg)}
+    head, where = server.safetensors_header(server.param_shapes(cfg), meta)
+    if dtype != "BF16":  # same sizes, another dtype name
+        raw = json.loads(head[8:])
+        for k, v in raw.items():
+            if k != "__metadata__":
+                v["dtype"] = dtype
+        raw = json.dumps(raw).encode()
+        raw += b" " * (-len(raw) % 8)
+        head = struct.pack("<Q", len(raw)) + raw
+    f = d / "model.safetensors"
+    f.write_bytes(head + bytes(sum(n for _, n in where.values())))
+    if manifest:
+        size = f.stat().st_size
+        (d / "rekindle-set.json").write_text(json.dumps(
+            {"name": name, "files": [{"name": f.name, "size": size}], "bytes": size}))
+    return str(d)
+
+
+def test_weight_set_is_chosen_only_when_it_holds_the_models_weights(tmp_path):
+    cfg = server.model_config(TINY)
+    ws, why = server.select_weight_set(make_set(tmp_path, cfg), cfg, "c0ffee")
+    assert why is None and ws.meta("rekindle.checksum") == "c0ffee"
+    ws, why = server.select_weight_set(str(tmp_path / "tiny"), cfg, None)  # no file: its config decides
+    assert why is None
+    cases = [
+        (str(tmp_path / "absent"), "c0ffee", "does not exist"),
+        (make_set(tmp_path, cfg, name="loading", manifest=False), "c0ffee", "not loaded"),
+        (str(tmp_path / "tiny"), "beef", "holds other weights"),
+        (make_set(tmp_path, server.model_config(dict(TINY, ENGINE_LAYERS="3")), name="l3"), "c0ffee",
+         "holds other tensors than model rekindle-qwen2-tiny-L2-seed1234"),
+        (make_set(tmp_path, cfg, name="f16", dtype="F16"), "c0ffee", "wants BF16"),
+        (make_set(tmp_path, cfg, name="seed", config=server.config_meta(dict(cfg, seed=7))), None,
+         "made for another model"),
+        (make_set(tmp_path, cfg, name="nosum", checksum=""), "c0ffee", "records no rekindle.checksum"),
+    ]
+    for d, want, frag in cases:
+        ws, why = server.select_weight_set(d, cfg, want)
+        assert ws is None and frag in why, (d, why)
+
+
+def test_file_checksum_reads_the_header_only(tmp_path):
+    cfg = server.model_config(TINY)
+    d = make_set(tmp_path, cfg, checksum="abc123")
+    assert server.file_checksum(os.path.join(d, "model.safetensors")) == "abc123"
+    assert server.file_checksum(str(tmp_path / "none.safetensors")) is None
+    (tmp_path / "junk").write_bytes(b"\xff" * 64)
+    assert server.file_checksum(str(tmp_path / "junk")) is None
+
+
+def set_from_file(tmp_path, name, link=True):
+    """A weight set made from the weights file an engine wrote in tmp_path."""
+    src = next(p for p in tmp_path.iterdir() if p.suffix == ".safetensors")
+    d = tmp_path / name
+    d.mkdir()
+    dst = d / src.name
+    if link:
+        os.link(src, dst)
+    else:
+        dst.write_bytes(src.read_bytes())
+    size = dst.stat().st_size
+    (d / "rekindle-set.json").write_text(json.dumps(
+        {"name": name, "files": [{"name": dst.name, "size": size}], "bytes": size, "sources": [str(src)]}))
+    return d, dst
+
+
+def test_engine_on_cpu_loads_from_a_weight_set(tmp_path, torch_ok):
+    prompt = {"text": "weights at PCIe speed", "max_new_tokens": 8}
+    base, proc = start(tmp_path)  # writes the weights file
+    try:
+        first = call(base + "/generate", "POST", prompt)[1]["output_ids"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    d, _ = set_from_file(tmp_path, "tiny")
+    base, proc = start(tmp_path, ENGINE_WEIGHT_SET=str(d))
+    try:
+        st = call(base + "/state")[1]
+        assert st["cold_start"]["weights_source"] == "weight-set", st
+        assert st["weight_set"]["attached"] and st["weight_set"]["name"] == "tiny"
+        assert st["weight_set_dir"] == str(d) and st["loaded_checksum"] == st["weights_checksum"]
+        assert call(base + "/generate", "POST", prompt)[1]["output_ids"] == first
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    # Absent: the file, and one log line that says why and how to fix it.
+    base, proc = start(tmp_path, ENGINE_WEIGHT_SET=str(tmp_path / "absent"))
+    try:
+        st = call(base + "/state")[1]
+        assert st["cold_start"]["weights_source"] == "file"
+        assert "does not exist" in st["weight_set"]["reason"]
+    finally:
+        proc.terminate()
+        out = proc.communicate(timeout=30)[0]
+    lines = [l for l in out.splitlines() if "not the weight set" in l]
+    assert len(lines) == 1 and "rekindle.dev/weights" in lines[0], out
+
+
+def test_reload_takes_the_set_and_falls_back_to_the_file(tmp_path, torch_ok, monkeypatch):
+    monkeypatch.setenv("ENGINE_DEVICE", "cpu")
+    cfg = server.model_config(TINY)
+    path = server.weights_path(cfg, {"ENGINE_WEIGHTS_DIR": str(tmp_path)})
+    server.Model(cfg, path, False, False, {})  # writes the file
+    d, copy = set_from_file(tmp_path, "tiny", link=False)
+    phases = {}
+    m = server.Model(cfg, path, False, False, phases, set_dir=str(d))
+    assert phases["weights_source"] == "weight-set" and "weights_set_register_s" in phases
+    got, st = m.reload_weights()
+    assert got == m.expected_checksum and st["weights_source"] == "weight-set"
+    assert st["weights_reload_bytes"] == cfg["weights_bytes"] and st["weights_copy_gbps"] > 0
+    # The set's bytes change under the engine: the checksum after the copy
+    # catches it, the set is dropped and the file reloads.
+    with open(copy, "r+b") as f:
+        f.seek(-4096, 2)
+        f.write(b"\x7f" * 64)
+    got, st = m.reload_weights()
+    assert got == m.expected_checksum and st["weights_source"] == "file"
+    assert "checksum" in m.weight_set_state()["reason"] and not m.weight_set_state()["attached"]
+    assert [r["weights_source"] for r in m.reloads] == ["weight-set", "file"]
+    # A set that does not match at start is not used at all.
+    phases = {}
+    m = server.Model(cfg, path, False, False, phases, set_dir=str(tmp_path / "absent"))
+    assert phases["weights_source"] == "file" and "does not exist" in m.wset_reason
