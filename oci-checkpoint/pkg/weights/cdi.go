@@ -19,9 +19,15 @@ const ContainerDir = "/rekindle/weights"
 
 // buildCDI describes one device per known set: the set's directory bound
 // read-only, and a createRuntime hook that makes sure the set is loaded
-// and that the container may map it. runc runs createRuntime hooks on a
-// restore too, so a checkpoint restored on a host without the set loaded
-// gets it before CRIU opens the mapped files.
+// and that the container may map it.
+//
+// The hook also serves restores. runc v1.5.2 (libcontainer/criu_linux.go,
+// criuNotifications) runs the spec's prestart and createRuntime hooks when
+// CRIU sends "setup-namespaces". CRIU 4.2.1 (cr-restore.c) sends it once
+// the restored tree's namespaces exist, before the root task restores the
+// mount tree (prepare_namespace) and before any file or mapping is opened.
+// The bind mount takes the set's directory, which exists while the set is
+// known, and the hook fills it in place, so CRIU finds the mapped files.
 func buildCDI(setsDir string, hook []string, names []string) (*cdispec.Spec, error) {
 	spec := &cdispec.Spec{Kind: CDIKind, Devices: []cdispec.Device{}}
 	for _, n := range names {
