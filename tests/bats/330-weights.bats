@@ -250,3 +250,22 @@ snapshots() { "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshot
 	[[ $output == *"$(src_sha "$SRC/small/model-2.safetensors")"* ]] || die "allowed container read other bytes"
 	run_w forget guarded
 }
+
+@test "only root may use the API: the socket is 0600 and other peers are refused" {
+	is "$(stat -c %a "$REKINDLE_WEIGHTS_SOCKET")" "600" "socket mode"
+	# Open the socket to everyone for a moment: the service itself must
+	# refuse a peer whose SO_PEERCRED uid is not 0.
+	chmod 0666 "$REKINDLE_WEIGHTS_SOCKET"
+	run python3 - "$REKINDLE_WEIGHTS_SOCKET" <<-'EOF'
+		import os, socket, sys
+		os.chdir(os.path.dirname(sys.argv[1]))
+		os.setgid(65534); os.setuid(65534)
+		s = socket.socket(socket.AF_UNIX)
+		s.connect(os.path.basename(sys.argv[1]))
+		s.sendall(b"GET /v1/sets HTTP/1.0\r\nHost: x\r\n\r\n")
+		print(s.makefile("rb").read().decode())
+	EOF
+	chmod 0600 "$REKINDLE_WEIGHTS_SOCKET"
+	echo "$output" >&2
+	[[ $output == *"403 Forbidden"*"serves root only and the caller runs as uid 65534"* ]] || die "a non-root peer was not refused"
+}
