@@ -191,6 +191,41 @@ no_container() {
 	run_nerdctl rm -f hsrc
 }
 
+@test "a full disk during the dump names ENOSPC and the path; the engine keeps serving" {
+	local port image=rekindle.local/ckpt:full-dump work=$BATS_TEST_TMPDIR/small
+	port=$(free_port)
+	start_engine fdsrc "$port"
+	mkdir -p "$work"
+	mount -t tmpfs -o size=4m tmpfs "$work"
+	ocicp 1 create --work-dir "$work" fdsrc "$image"
+	umount "$work"
+	[[ $output == *"no space left on device (ENOSPC) in $work/oci-checkpoint-"* ]] || die "error does not name ENOSPC and the work dir"
+	[[ $output == *"the engine was resumed and is running"* ]] || die "error does not say the engine was resumed"
+	engine POST "$port" /generate "$PROMPT" >/dev/null || die "engine stopped serving"
+	run_nerdctl 1 image inspect "$image"
+	run_nerdctl rm -f fdsrc
+}
+
+@test "a full content store during packaging names ENOSPC and the path, leaves no image or ingest, and the engine keeps serving" {
+	local port image=rekindle.local/ckpt:full-package ingest=$RK_DIR/root/io.containerd.content.v1.content/ingest
+	[ -d "$ingest" ] || die "no content store ingest dir at $ingest"
+	port=$(free_port)
+	start_engine fpsrc "$port"
+	mount -t tmpfs -o size=4m tmpfs "$ingest"
+	ocicp 1 create fpsrc "$image"
+	local left
+	left=$(ls -A "$ingest")
+	umount "$ingest"
+	[[ $output == *"no space left on device (ENOSPC) in $RK_DIR/root/io.containerd.content.v1.content"* ]] || die "error does not name ENOSPC and the content store"
+	[[ $output == *"the engine was resumed and is running"* ]] || die "error does not say the engine was resumed"
+	is "$left" "" "ingests left in the content store"
+	engine POST "$port" /generate "$PROMPT" >/dev/null || die "engine stopped serving"
+	run_nerdctl inspect -f '{{.State.Status}}' fpsrc
+	is "${lines[-1]}" "running" "engine container after the failed packaging"
+	run_nerdctl 1 image inspect "$image"
+	run_nerdctl rm -f fpsrc
+}
+
 @test "bad input: unknown container, bad image name, generic without calls" {
 	ocicp 1 create nosuch rekindle.local/x:1
 	[[ $output == *'no container "nosuch"'* ]] || die "unknown container not named"

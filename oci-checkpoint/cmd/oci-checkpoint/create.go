@@ -11,6 +11,7 @@ import (
 
 	"rekindle.local/oci-checkpoint/pkg/checkpoint"
 	"rekindle.local/oci-checkpoint/pkg/engine"
+	"rekindle.local/oci-checkpoint/pkg/progress"
 )
 
 var createCmd = &cli.Command{
@@ -31,6 +32,8 @@ var createCmd = &cli.Command{
 		&cli.BoolFlag{Name: "leave-running", Usage: "resume the engine after the dump instead of stopping the container"},
 		&cli.StringFlag{Name: "output", Usage: "oci-archive:PATH writes an OCI archive instead of storing the image"},
 		&cli.StringFlag{Name: "work-dir", Usage: "where the checkpoint is assembled (needs room for it; default $TMPDIR)"},
+		&cli.StringFlag{Name: "compression", Value: checkpoint.CompressionNone, Usage: "checkpoint layer compression: none (fastest to write and restore) or zstd (smaller to push and pull)"},
+		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no phases or progress, only errors (and --json's result)"},
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout"},
 	},
 	Action: func(cc *cli.Context) error {
@@ -46,6 +49,16 @@ var createCmd = &cli.Command{
 			HealthTimeout: cc.Duration("health-timeout"), QuiesceTimeout: cc.Duration("quiesce-timeout"),
 			WakeDeadline: cc.Duration("wake-deadline"), WakeBinary: cc.String("wake-binary"),
 			LeaveRunning: cc.Bool("leave-running"), WorkDir: cc.String("work-dir"), Progress: os.Stderr,
+			Compression: cc.String("compression"),
+		}
+		switch o.Compression {
+		case checkpoint.CompressionNone, checkpoint.CompressionZstd:
+		default:
+			return cli.Exit(fmt.Sprintf("--compression %q: want %s or %s", o.Compression, checkpoint.CompressionNone, checkpoint.CompressionZstd), 2)
+		}
+		quiet := cc.Bool("quiet")
+		if quiet {
+			o.Progress, o.ProgressMode = nil, progress.Quiet
 		}
 		if out := cc.String("output"); out != "" {
 			path, ok := strings.CutPrefix(out, "oci-archive:")
@@ -77,8 +90,10 @@ var createCmd = &cli.Command{
 		if res.OCIArchive != "" {
 			where = res.OCIArchive
 		}
-		fmt.Fprintf(os.Stderr, "==> checkpoint: %s\n==> wrote %s (%s, %.1f MiB) in %.2fs\n",
-			strings.Join(parts, "  "), where, res.Digest, float64(res.Size)/(1<<20), time.Since(start).Seconds())
+		if !quiet {
+			fmt.Fprintf(os.Stderr, "==> checkpoint: %s\n==> wrote %s (%s, %.1f MiB) in %.2fs\n",
+				strings.Join(parts, "  "), where, res.Digest, float64(res.Size)/(1<<20), time.Since(start).Seconds())
+		}
 		if cc.Bool("json") {
 			return printJSON(res)
 		}

@@ -14,6 +14,8 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
@@ -26,6 +28,7 @@ import (
 	"rekindle.local/oci-checkpoint/pkg/hostinfo"
 	"rekindle.local/oci-checkpoint/pkg/inroot"
 	"rekindle.local/oci-checkpoint/pkg/phase"
+	"rekindle.local/oci-checkpoint/pkg/progress"
 	"rekindle.local/oci-checkpoint/pkg/wake"
 )
 
@@ -50,7 +53,13 @@ type Options struct {
 	// of the image store.
 	OCIArchive string
 	WorkDir    string
-	Progress   io.Writer
+	// Compression of the checkpoint layer: CompressionNone (default) or
+	// CompressionZstd.
+	Compression string
+	// Progress receives phase lines and, for long phases, progress as
+	// ProgressMode says.
+	Progress     io.Writer
+	ProgressMode progress.Mode
 }
 
 // Result describes the image written.
@@ -202,22 +211,36 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 	}
 
 	checkpointedAt := time.Now().UTC()
+	// The dump leaves the engine running; the container is stopped only
+	// once the image is written, so a failed packaging (a full disk) loses
+	// nothing and the engine is resumed to serve again.
 	if err := t.Run("dump", func() error {
-		_, err := task.Checkpoint(ctx, client.WithCheckpointImagePath(criuDir), withOptions(archiveDir, !o.LeaveRunning))
+		var count progress.Counter
+		stopWatch := watchDir(criuDir, &count)
+		stop := progress.Start(o.Progress, o.ProgressMode, "dump", dumpEstimate(pid), &count)
+		_, err := task.Checkpoint(ctx, client.WithCheckpointImagePath(criuDir), withOptions(archiveDir, false))
+		stop()
+		stopWatch()
 		if err != nil {
-			return fmt.Errorf("dump: %w (CRIU's log: %s)", err, criuLog(archiveDir))
+			if logSaysNoSpace(archiveDir) {
+				err = fmt.Errorf("%w: %w", syscall.ENOSPC, err)
+			}
+			return noSpace(fmt.Errorf("dump: %w (CRIU's log: %s)", err, criuLog(archiveDir)), work)
 		}
 		return nil
 	}); err != nil {
 		return nil, err
 	}
-	stopped := !o.LeaveRunning
 
 	res = &Result{Image: name, Container: ctr.ID(), BaseImage: info.Image, GPUs: gpus}
 	err = t.Run("package", func() error {
 		marker, _ := json.Marshal(map[string]string{"checkpointed_at": checkpointedAt.Format(time.RFC3339Nano)})
 		if err := writeRootfsDiff(ctx, c, info, archiveDir, []ExtraFile{{Name: wake.WakeFile, Data: marker, Mode: 0o644}}); err != nil {
-			return fmt.Errorf("rootfs diff: %w", err)
+			where := contentRoot(ctx, c)
+			if where == "" || strings.Contains(err.Error(), work) {
+				where = work
+			}
+			return noSpace(fmt.Errorf("rootfs diff: %w", err), where)
 		}
 		base, err := c.GetImage(ctx, info.Image)
 		if err != nil {
@@ -248,11 +271,6 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 		return nil
 	})
 	if err != nil {
-		if stopped {
-			// The engine's process ended with the dump; the checkpoint is
-			// lost with the failed packaging. Say so rather than pretend.
-			return nil, fmt.Errorf("%w; the container was stopped by the dump: restart it with 'nerdctl start %s'", err, o.Container)
-		}
 		return nil, err
 	}
 	quiesced = false // from here the image exists; resume below is not an undo
@@ -260,6 +278,8 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 		if err := t.Run("resume", func() error { return resume(ctx, root, eng, o, true, task) }); err != nil {
 			return res, fmt.Errorf("the image %s was written but the engine did not resume: %w", name, err)
 		}
+	} else if err := t.Run("stop", func() error { return stopTask(ctx, task) }); err != nil {
+		return res, fmt.Errorf("the image %s was written but stopping the container failed: %w", name, err)
 	}
 	res.Phases, res.Seconds = t.Phases, t.Map()
 	return res, nil

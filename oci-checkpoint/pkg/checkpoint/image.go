@@ -1,17 +1,12 @@
 package checkpoint
 
 import (
-	"archive/tar"
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
@@ -25,6 +20,8 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
+
+	"rekindle.local/oci-checkpoint/pkg/progress"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 )
@@ -127,7 +124,7 @@ func pinnedRef(base client.Image) (string, error) {
 // the image store as name, or as an OCI archive.
 func writeImage(ctx context.Context, c *client.Client, name string, baseImg client.Image, dir string, ann map[string]string, o Options) (ocispec.Descriptor, int64, error) {
 	cs := c.ContentStore()
-	layer, err := writeLayer(ctx, cs, dir, o)
+	layer, diffID, err := writeLayer(ctx, c, dir, o)
 	if err != nil {
 		return ocispec.Descriptor{}, 0, fmt.Errorf("checkpoint layer: %w", err)
 	}
@@ -155,7 +152,7 @@ func writeImage(ctx context.Context, c *client.Client, name string, baseImg clie
 			WorkingDir: baseCfg.Config.WorkingDir, ExposedPorts: baseCfg.Config.ExposedPorts,
 			User: baseCfg.Config.User, Labels: baseCfg.Config.Labels, StopSignal: baseCfg.Config.StopSignal,
 		},
-		RootFS: ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.Digest}},
+		RootFS: ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{diffID}},
 	}
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
@@ -187,7 +184,7 @@ func writeImage(ctx context.Context, c *client.Client, name string, baseImg clie
 	size := layer.Size + newCfg.Size + mdesc.Size
 
 	if o.OCIArchive != "" {
-		return mdesc, size, exportArchive(ctx, c, mdesc, name, o.OCIArchive)
+		return mdesc, size, exportArchive(ctx, c, mdesc, name, o, size)
 	}
 	img := images.Image{Name: name, Target: mdesc, Labels: map[string]string{"org.rekindle.checkpoint": "true"}}
 	is := c.ImageService()
@@ -202,146 +199,25 @@ func writeImage(ctx context.Context, c *client.Client, name string, baseImg clie
 	return mdesc, size, nil
 }
 
-func exportArchive(ctx context.Context, c *client.Client, desc ocispec.Descriptor, name, path string) error {
+// exportArchive writes the image as an OCI archive at o.OCIArchive, through
+// a temporary file that is renamed into place only when complete.
+func exportArchive(ctx context.Context, c *client.Client, desc ocispec.Descriptor, name string, o Options, size int64) error {
+	path := o.OCIArchive
 	tmp := path + ".partial"
 	f, err := os.Create(tmp)
 	if err != nil {
 		return err
 	}
 	defer os.Remove(tmp)
-	if err := c.Export(ctx, f, archive.WithManifest(desc, name)); err != nil {
-		f.Close()
-		return fmt.Errorf("export to %s: %w", path, err)
+	var count progress.Counter
+	stop := progress.Start(o.Progress, o.ProgressMode, "export", size, &count)
+	err = c.Export(ctx, count.Writer(f), archive.WithManifest(desc, name))
+	stop()
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Close(); err != nil {
-		return err
+	if err != nil {
+		return noSpace(fmt.Errorf("export to %s: %w", path, err), filepath.Dir(path))
 	}
 	return os.Rename(tmp, path)
-}
-
-// writeLayer tars dir into the content store, uncompressed: CRIU's page
-// images barely compress and gzip on a few cores would cost more than the
-// bytes it saves. Progress is printed every few seconds.
-func writeLayer(ctx context.Context, cs content.Store, dir string, o Options) (ocispec.Descriptor, error) {
-	var total int64
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			if fi, err := d.Info(); err == nil {
-				total += fi.Size()
-			}
-		}
-		return nil
-	})
-	w, err := content.OpenWriter(ctx, cs, content.WithRef("rekindle-layer-"+randomID()))
-	if err != nil {
-		return ocispec.Descriptor{}, err
-	}
-	defer w.Close()
-	cw := &countWriter{w: w}
-	stop := progress(o, cw, total)
-	defer stop()
-
-	// Each Write to a content writer is one gRPC message to containerd:
-	// io.Copy's 32 KiB writes held packaging to ~50 MB/s, so send 1 MiB ones.
-	bw := bufio.NewWriterSize(cw, 1<<20)
-	tw := tar.NewWriter(bw)
-	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || p == dir {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		fi, err := d.Info()
-		if err != nil {
-			return err
-		}
-		link := ""
-		if fi.Mode()&os.ModeSymlink != 0 {
-			if link, err = os.Readlink(p); err != nil {
-				return err
-			}
-		}
-		hdr, err := tar.FileInfoHeader(fi, link)
-		if err != nil {
-			return err
-		}
-		hdr.Name = filepath.ToSlash(rel)
-		if fi.IsDir() {
-			hdr.Name += "/"
-		}
-		hdr.Uname, hdr.Gname = "", ""
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
-		return err
-	})
-	if err != nil {
-		return ocispec.Descriptor{}, err
-	}
-	if err := tw.Close(); err != nil {
-		return ocispec.Descriptor{}, err
-	}
-	if err := bw.Flush(); err != nil {
-		return ocispec.Descriptor{}, err
-	}
-	size := cw.n.Load()
-	if err := w.Commit(ctx, size, ""); err != nil && !errdefs.IsAlreadyExists(err) {
-		return ocispec.Descriptor{}, err
-	}
-	return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: w.Digest(), Size: size}, nil
-}
-
-type countWriter struct {
-	w io.Writer
-	n atomic.Int64
-}
-
-func (c *countWriter) Write(p []byte) (int, error) {
-	n, err := c.w.Write(p)
-	c.n.Add(int64(n))
-	return n, err
-}
-
-func progress(o Options, cw *countWriter, total int64) func() {
-	if o.Progress == nil {
-		return func() {}
-	}
-	done := make(chan struct{})
-	start := time.Now()
-	go func() {
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				n := cw.n.Load()
-				fmt.Fprintf(o.Progress, "    packaged %s of %s (%s/s)\n", human(n), human(total),
-					human(int64(float64(n)/time.Since(start).Seconds())))
-			}
-		}
-	}()
-	return func() { close(done) }
-}
-
-func human(n int64) string {
-	const unit = 1024
-	if n < unit {
-		return fmt.Sprintf("%d B", n)
-	}
-	div, exp := int64(unit), 0
-	for m := n / unit; m >= unit; m /= unit {
-		div *= unit
-		exp++
-	}
-	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
 }
