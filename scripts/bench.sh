@@ -29,6 +29,7 @@
 #   BENCH_RUN_FLAGS    extra `nerdctl run` flags (gpu-bench.sh passes the GPU's here)
 #   BENCH_PORT         GPU engine: the port it listens on (host network) (30000)
 #   BENCH_TASK_STATE_TIMEOUT  containerd's task state timeout for this run (default 120s, see below)
+#   BENCH_CHECKPOINT_FLAGS  extra `oci-checkpoint create` flags, shell-quoted
 #   BENCH_EXTRA_BANDWIDTH  a command printing a JSON object of more floors, run each repetition
 #   REKINDLE_CUDA_CHECKPOINT_LOG  (GPU) cuda-checkpoint's log; its timed steps give each
 #                      restore's CUDA restore, inside CRIU restore (gpu-bench.sh sets it)
@@ -229,6 +230,17 @@ disk_read() {
 	awk -v b="$bytes" -v a="$t0" -v z="$t1" 'BEGIN { printf "{\"bytes\": %d, \"seconds\": %.4f, \"gbps\": %.3f}\n", b, z - a, b / (z - a) / 1e9 }'
 }
 
+# disk_write: write 1 GiB with O_DIRECT beside containerd's content store,
+# where packaging writes the checkpoint layer; JSON.
+disk_write() {
+	local f=$dir/root/.floor-write t0 t1
+	t0=$EPOCHREALTIME
+	dd if=/dev/zero of="$f" bs=8M count=128 oflag=direct status=none || { rm -f "$f"; echo null; return; }
+	t1=$EPOCHREALTIME
+	rm -f "$f"
+	awk -v a="$t0" -v z="$t1" 'BEGIN { printf "{\"bytes\": 1073741824, \"seconds\": %.4f, \"gbps\": %.3f}\n", z - a, 1073741824 / (z - a) / 1e9 }'
+}
+
 # Extra floors an engine adds: BENCH_EXTRA_BANDWIDTH names a command that
 # prints a JSON object (gpu-bench.sh: pinned host-to-device bandwidth).
 bench_extra_bandwidth() {
@@ -340,7 +352,9 @@ for rep in $(seq "$reps"); do
 	drop_caches
 	measure cold "$rep" "bench-cold-$rep" "$engine_image" "${env_flags[@]}"
 
-	oci-checkpoint create --json ${BENCH_CHECKPOINT_FLAGS:-} "bench-cold-$rep" "$image" >"$dir/checkpoint.json" ||
+	# shellcheck disable=SC2086 # flags may quote calls: --quiesce 'GET /health'
+	eval "ck_flags=(${BENCH_CHECKPOINT_FLAGS:-})"
+	oci-checkpoint create --json "${ck_flags[@]}" "bench-cold-$rep" "$image" >"$dir/checkpoint.json" ||
 		die "oci-checkpoint create failed"
 	jq -c --argjson rep "$rep" '{rep: $rep, image, digest, size, phases}' "$dir/checkpoint.json" >>"$dir/checkpoints.jsonl"
 	note "    checkpoint: $(jq -r '[.phases[] | "\(.name) \(.seconds * 100 | round / 100)s"] | join("  ")' "$dir/checkpoint.json")"
@@ -370,12 +384,13 @@ for rep in $(seq "$reps"); do
 	pages_bytes=$(du -cb "${pages[@]}" | tail -1 | cut -f1)
 	mem=$(memcpy_bw)
 	disk=$(disk_read "${pages[@]}")
+	dwrite=$(disk_write)
 	extra=$(bench_extra_bandwidth)
 	jq -cn --argjson rep "$rep" --argjson pages "$pages_bytes" --argjson layer "$layer_bytes" \
-		--argjson memcpy "$mem" --argjson disk "$disk" --argjson extra "$extra" \
+		--argjson memcpy "$mem" --argjson disk "$disk" --argjson dwrite "$dwrite" --argjson extra "$extra" \
 		'{rep: $rep, pages_bytes: $pages, layer_bytes: $layer, pages_files: '"${#pages[@]}"',
-		  memcpy: $memcpy, disk_read: $disk} + $extra' >>"$dir/bandwidth.jsonl"
-	note "    floors: memcpy $(jq -r .warm_gbps <<<"$mem") GB/s (fresh pages $(jq -r .fresh_gbps <<<"$mem")), disk read $(jq -r '.gbps // "n/a"' <<<"$disk") GB/s of $((pages_bytes >> 20)) MiB pages"
+		  memcpy: $memcpy, disk_read: $disk, disk_write: $dwrite} + $extra' >>"$dir/bandwidth.jsonl"
+	note "    floors: memcpy $(jq -r .warm_gbps <<<"$mem") GB/s (fresh pages $(jq -r .fresh_gbps <<<"$mem")), disk read $(jq -r '.gbps // "n/a"' <<<"$disk") GB/s of $((pages_bytes >> 20)) MiB pages, direct write $(jq -r '.gbps // "n/a"' <<<"$dwrite") GB/s"
 	n rmi -f "$image" >/dev/null
 done
 

@@ -13,6 +13,7 @@
 #
 # Environment (besides bench.sh's BENCH_REPS, BENCH_DROP_CACHES, BENCH_OUT...):
 #   GPU_BENCH_GPU        GPU index for every container (0)
+#   GPU_BENCH_CHECKPOINT_FLAGS  oci-checkpoint create flags instead of --engine sglang (see below)
 #   GPU_BENCH_GB         model size, ENGINE_PARAMS_GB (8: Qwen2.5-7B shapes, 12 layers)
 #   GPU_BENCH_PORT       engine port on the host network (30000)
 #   GPU_BENCH_H2D_MB     bytes copied per host-to-device measure (1024)
@@ -113,7 +114,10 @@ chmod 0755 "$work/h2d"
 export REKINDLE_CUDA_CHECKPOINT_LOG=${REKINDLE_CUDA_CHECKPOINT_LOG:-$work/cuda-checkpoint.log}
 export BENCH_ENGINE=gpu BENCH_IMAGES=$images BENCH_PORT=$port BENCH_EXTRA_BANDWIDTH=$work/h2d
 export BENCH_OUT=${BENCH_OUT:-${OUT:-$root/build/bench}}
-export BENCH_CHECKPOINT_FLAGS="--engine sglang --port $port"
+# GPU_BENCH_CHECKPOINT_FLAGS replaces the profile, e.g. "--engine generic
+# --quiesce 'GET /health' --resume 'GET /health'" keeps the weights on the GPU:
+# a checkpoint of the model's size, for the image I/O numbers.
+export BENCH_CHECKPOINT_FLAGS="--port $port ${GPU_BENCH_CHECKPOINT_FLAGS:---engine sglang}"
 export BENCH_RUN_FLAGS="--device nvidia.com/gpu=$gpu ${pyflags[*]} --volume=$weights:/weights --env=ENGINE_PARAMS_GB=$gb --env=ENGINE_PORT=$port"
 export BENCH_COMMAND="scripts/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_GB=$gb)"
 {
