@@ -264,11 +264,16 @@ func contentRoot(ctx context.Context, c *client.Client) string {
 	if os.Getenv("REKINDLE_CONTENT_API") == "1" { // tests: force the API path
 		return ""
 	}
-	resp, err := c.IntrospectionService().Plugins(ctx, `type=="io.containerd.content.v1"`, `id=="content"`)
-	if err != nil || len(resp.Plugins) != 1 {
+	resp, err := c.IntrospectionService().Plugins(ctx, "id==content")
+	if err != nil {
 		return ""
 	}
-	root := resp.Plugins[0].Exports["root"]
+	root := ""
+	for _, p := range resp.Plugins {
+		if p.Type == "io.containerd.content.v1" {
+			root = p.Exports["root"]
+		}
+	}
 	if root == "" || !strings.HasPrefix(root, "/") {
 		return ""
 	}
