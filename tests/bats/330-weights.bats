@@ -6,7 +6,7 @@
 
 load helpers
 
-QUOTA=160M
+QUOTA=400M
 
 setup_file() {
 	[ -x "$BIN/rekindle-weights" ] || skip "$BIN/rekindle-weights is not built (run 'make build')"
@@ -30,16 +30,20 @@ teardown_file() {
 	weights_down
 }
 
-# gen_safetensors FILE MIB: a safetensors file holding one U8 tensor of
-# MIB MiB of random bytes.
+# gen_safetensors FILE MIB [sparse]: a safetensors file holding one U8
+# tensor of MIB MiB of random bytes (or of a hole, quick to write).
 gen_safetensors() {
-	python3 - "$1" "$2" <<-'EOF'
+	python3 - "$@" <<-'EOF'
 		import json, os, struct, sys
 		n = int(sys.argv[2]) << 20
 		hdr = json.dumps({"w": {"dtype": "U8", "shape": [n], "data_offsets": [0, n]},
 		                  "__metadata__": {"format": "pt"}}).encode()
 		with open(sys.argv[1], "wb") as f:
-		    f.write(struct.pack("<Q", len(hdr)) + hdr + os.urandom(n))
+		    f.write(struct.pack("<Q", len(hdr)) + hdr)
+		    if sys.argv[3:] == ["sparse"]:
+		        f.truncate(8 + len(hdr) + n)
+		    else:
+		        f.write(os.urandom(n))
 	EOF
 }
 
@@ -178,8 +182,9 @@ snapshots() { "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshot
 }
 
 @test "two concurrent loads of one set read it once" {
-	gen_safetensors "$SRC/big/part-1.safetensors" 48
-	gen_safetensors "$SRC/big/part-2.safetensors" 48
+	# Large enough (256 MiB) that the second request meets the first load.
+	gen_safetensors "$SRC/big/part-1.safetensors" 128
+	gen_safetensors "$SRC/big/part-2.safetensors" 128
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
 	"$BIN/rekindle-weights" load big "$SRC/big" >"$BATS_TEST_TMPDIR/a" 2>&1 &
@@ -212,12 +217,12 @@ snapshots() { "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshot
 	run_w 1 load junk "$BATS_TEST_TMPDIR/cut.safetensors"
 	[[ $output == *"cut.safetensors is not a valid safetensors file"*"truncated"* ]] || die "truncated file not explained"
 
-	# small (48 MiB) is loaded; 2 x 70 MiB more passes the 160 MiB quota.
+	# small (48 MiB) is loaded; 2 x 200 MiB more passes the 400 MiB quota.
 	run_w load small "$SRC/small"
-	gen_safetensors "$BATS_TEST_TMPDIR/huge-1.safetensors" 70
-	gen_safetensors "$BATS_TEST_TMPDIR/huge-2.safetensors" 70
+	gen_safetensors "$BATS_TEST_TMPDIR/huge-1.safetensors" 200 sparse
+	gen_safetensors "$BATS_TEST_TMPDIR/huge-2.safetensors" 200 sparse
 	run_w 1 load junk "$BATS_TEST_TMPDIR"/huge-*.safetensors
-	[[ $output == *"needs 140.0 MiB, 48.0 MiB of the 160.0 MiB quota is in use"*"--quota"* ]] || die "quota error does not name need, use and quota"
+	[[ $output == *"needs 400.0 MiB, 48.0 MiB of the 400.0 MiB quota is in use"*"--quota"* ]] || die "quota error does not name need, use and quota"
 
 	run_w list --json
 	is "$(jq -r 'map(.name) | index("junk")' <<<"$output")" "null" "failed loads left a set"

@@ -51,9 +51,10 @@ func RunHook(ctx context.Context, c *Client, name string, stdin io.Reader, stder
 	}
 	who := describe(st.ID, cname)
 	start := time.Now()
-	// Ask first without loading, to say why a slow load happens.
+	// Ask first without loading, to say why a slow start happens (the
+	// service checks the allow list again in Ensure).
 	s, err := c.Status(ctx, name)
-	if err == nil && s.State != StateLoaded {
+	if err == nil && s.State != StateLoaded && allowed(s.Allow, st.ID, cname) {
 		say("weight set %s was not loaded on this host; loading it from %v for container %s", name, s.Sources, who)
 	}
 	res, err := c.Ensure(ctx, name, st.ID, cname)
