@@ -21,6 +21,14 @@ py=$(command -v "${REKINDLE_PYTHON:-python3}") || die "no ${REKINDLE_PYTHON:-pyt
 "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
 	die "$py has no torch with CUDA (set REKINDLE_PYTHON)"
 gb=${WEIGHTS_CHECK_GB:-8}
+# The client's unit tests first, here where CUDA is: registration and stream
+# copies of a small set in /dev/shm (they skip on CPU-only machines).
+ulog=${OUT:-/tmp}/weights-unit.log
+if ! (cd "$root/images/weights" && TMPDIR=/dev/shm "$py" -B -m unittest -v test_rekindle_weights) >"$ulog" 2>&1; then
+	cat "$ulog"
+	die "images/weights unit tests failed"
+fi
+note "unit tests: $(grep -c ' ok$' "$ulog") ok, $(grep -c '\.\.\. skipped' "$ulog") skipped ($ulog)"
 server=$root/images/gpu-engine/server.py
 
 work=$(mktemp -d /tmp/rekindle-weights-check.XXXXXX)
