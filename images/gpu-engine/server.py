@@ -453,6 +453,7 @@ class Model:
         self.expected_checksum = file_checksum(path) if os.path.exists(path) else None
         loaded = False
         if set_dir and self.attach_set():
+            phases["weights_set_register_s"] = self.wset_register_s
             t = time.time()
             try:
                 want = self.expected_checksum or self.wset.meta("rekindle.checksum")
@@ -465,7 +466,7 @@ class Model:
             except (OSError, ValueError) + self._set_errors() as e:
                 self.drop_set(str(e))
         if loaded:
-            pass
+            pass  # from the set
         elif os.path.exists(path):
             if set_dir:
                 log(f"weights: loading from the file {path}, not the weight set: {self.wset_reason}")
@@ -625,7 +626,6 @@ class Model:
             return False
         self.wset, self.wset_reason = ws, None
         self.wset_register_s = round(reg, 3)
-        self.phases["weights_set_register_s"] = self.wset_register_s
         log(f"weights: weight set {ws.name} at {self.set_dir}: {ws.bytes / GB:.2f} GB in {len(ws.files)} "
             f"file(s), mapped read-only, registered in {reg:.3f}s"
             f"{' (read-only registration)' if ws.read_only_registration else ''}")
