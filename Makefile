@@ -86,7 +86,8 @@ $(BIN)/runc: $(PINS)/runc scripts/apply-patches.sh $(call series,runc-patches) |
 # The patch series' own unit tests, run in the patched trees. CRI's package
 # runs only ours: some upstream tests there assume cgroup v2.
 test-patches: $(BIN)/containerd $(BIN)/runc
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test ./internal/checkpointimage/
+	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test ./internal/checkpointimage/ -test.root
+	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestReadAhead' ./core/diff/apply/
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCheckpointDir|TestCheckpointImagePath' ./internal/cri/server/
 	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -run 'TestAddCriu|TestUpLoopback|TestHasLoopback' ./libcontainer/
 UNIT_TESTS += test-patches
