@@ -14,6 +14,7 @@
 # Environment (besides bench.sh's BENCH_REPS, BENCH_DROP_CACHES, BENCH_OUT...):
 #   GPU_BENCH_GPU        GPU index for every container (0)
 #   GPU_BENCH_CHECKPOINT_FLAGS  oci-checkpoint create flags instead of --engine sglang (see below)
+#   GPU_BENCH_WEIGHT_SET  1: weights from a rekindle-weights set (see below)
 #   GPU_BENCH_GB         model size, ENGINE_PARAMS_GB (8: Qwen2.5-7B shapes, 12 layers)
 #   GPU_BENCH_PORT       engine port on the host network (30000)
 #   GPU_BENCH_H2D_MB     bytes copied per host-to-device measure (1024)
@@ -119,7 +120,27 @@ export BENCH_OUT=${BENCH_OUT:-${OUT:-$root/build/bench}}
 # a checkpoint of the model's size, for the image I/O numbers.
 export BENCH_CHECKPOINT_FLAGS="--port $port ${GPU_BENCH_CHECKPOINT_FLAGS:---engine sglang}"
 export BENCH_RUN_FLAGS="--device nvidia.com/gpu=$gpu ${pyflags[*]} --volume=$weights:/weights --env=ENGINE_PARAMS_GB=$gb --env=ENGINE_PORT=$port"
-export BENCH_COMMAND="scripts/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_GB=$gb)"
+export BENCH_COMMAND="scripts/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_GB=$gb${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1})"
+
+# GPU_BENCH_WEIGHT_SET=1: the engine takes its weights from a set that the
+# rekindle-weights service loads from the weights file (page cache dropped
+# first, so the load's rate is against the disk) and keeps in its tmpfs;
+# the set is bind-mounted where the service's CDI device would put it.
+if [ "${GPU_BENCH_WEIGHT_SET:-0}" = 1 ]; then
+	[ -x "$bin/rekindle-weights" ] || die "$bin/rekindle-weights is missing: run 'make build' (and rebuild the bundle)"
+	wroot=$work/weights-service wsock=$work/weights.sock
+	"$bin/rekindle-weights" serve --root "$wroot" --socket "$wsock" --state "$work/weights-state.json" --cdi-dir "" \
+		--quota "$((gb + 2))G" >"$work/weights-service.log" 2>&1 &
+	wpid=$!
+	trap 'kill $wpid 2>/dev/null; wait $wpid 2>/dev/null; umount "$wroot/sets" 2>/dev/null; rm -rf "$work"' EXIT
+	for _ in $(seq 100); do [ -S "$wsock" ] && break; sleep 0.1; done
+	setname=$(basename "$wfile" .safetensors)
+	sync && echo 3 >/proc/sys/vm/drop_caches
+	t=$EPOCHREALTIME
+	"$bin/rekindle-weights" --socket "$wsock" load --quiet "$setname" "$wfile" || die "rekindle-weights load failed: $(tail -5 "$work/weights-service.log")"
+	note "weight set $setname loaded by rekindle-weights in $(awk -v a="$t" -v b="$EPOCHREALTIME" -v n="$(stat -c %s "$wfile")" 'BEGIN { printf "%.2fs (%.2f GB/s from a cold page cache)", b - a, n / (b - a) / 1e9 }')"
+	BENCH_RUN_FLAGS+=" --volume=$wroot/sets/$setname:/rekindle/weights/$setname:ro --env=ENGINE_WEIGHT_SET=/rekindle/weights/$setname"
+fi
 {
 	nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv
 	"$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'

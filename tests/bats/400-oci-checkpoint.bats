@@ -191,6 +191,31 @@ no_container() {
 	run_nerdctl rm -f hsrc
 }
 
+@test "--compression zstd writes a zstd checkpoint layer that nerdctl run restores; a bad value is refused" {
+	local port image=rekindle.local/ckpt:zstd
+	ocicp 2 create --compression gzip nosuch "$image"
+	[[ $output == *'--compression "gzip": want none or zstd'* ]] || die "bad --compression not explained"
+
+	port=$(free_port)
+	start_engine zsrc "$port"
+	local before
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	ocicp create --quiet --compression zstd zsrc "$image"
+	[[ $output != *"==> "* ]] || die "--quiet printed phases"
+	local manifest
+	manifest=$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" images ls -q | grep -qx "$image" &&
+		"$BIN/ctr" -a "$CONTAINERD_ADDRESS" content get "$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" images ls | awk -v i="$image" '$1 == i {print $3}')")
+	is "$(jq -r '.layers[0].mediaType' <<<"$manifest")" "application/vnd.oci.image.layer.v1.tar+zstd" "layer media type"
+	run_nerdctl rm -f zsrc
+	port=$(free_port)
+	run_nerdctl run -d --name zdst -p "127.0.0.1:$port:30000" "$image"
+	wait_for "the wake helper's status" 30 status_of zdst
+	is "$(jq -r .outcome <<<"$(status_of zdst)")" "resumed" "helper outcome"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after a restore from a zstd layer"
+	run_nerdctl rm -f zdst
+	run_nerdctl rmi "$image"
+}
+
 @test "a full disk during the dump names ENOSPC and the path; the engine keeps serving" {
 	local port image=rekindle.local/ckpt:full-dump work=$BATS_TEST_TMPDIR/small
 	port=$(free_port)
