@@ -49,7 +49,7 @@ var createCmd = &cli.Command{
 			HealthTimeout: cc.Duration("health-timeout"), QuiesceTimeout: cc.Duration("quiesce-timeout"),
 			WakeDeadline: cc.Duration("wake-deadline"), WakeBinary: cc.String("wake-binary"),
 			LeaveRunning: cc.Bool("leave-running"), WorkDir: cc.String("work-dir"), Progress: os.Stderr,
-			Compression: cc.String("compression"),
+			Compression: cc.String("compression"), Version: version,
 		}
 		switch o.Compression {
 		case checkpoint.CompressionNone, checkpoint.CompressionZstd:

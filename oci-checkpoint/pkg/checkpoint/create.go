@@ -53,6 +53,8 @@ type Options struct {
 	// of the image store.
 	OCIArchive string
 	WorkDir    string
+	// Version of oci-checkpoint, recorded as the checkpointing engine's.
+	Version string
 	// Compression of the checkpoint layer: CompressionNone (default) or
 	// CompressionZstd.
 	Compression string
@@ -175,7 +177,7 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 	}
 
 	var gpus []hostinfo.GPU
-	host := hostinfo.Read()
+	host, hostRuntime := hostinfo.Read(), hostinfo.ReadRuntime()
 	if err := t.Run("record", func() error {
 		devs, err := root.CharDevices("/dev", "nvidia*")
 		if err != nil {
@@ -246,10 +248,21 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 		if err != nil {
 			return fmt.Errorf("base image %s of the container: %w (it must stay in the image store while checkpointing)", info.Image, err)
 		}
-		if err := writeDumps(ctr, info, base, archiveDir, checkpointedAt); err != nil {
+		std := Standard{
+			ContainerName: containerName(ctr.ID(), info.Labels),
+			Pod:           info.Labels[criPodName], PodID: info.Labels[criPodUID], PodNamespace: info.Labels[criPodNamespace],
+			BaseImage: info.Image, BaseDigest: base.Target().Digest.String(),
+			Engine: checkpointer, EngineVersion: o.Version,
+			RuntimeName: "runc", RuntimeVersion: hostRuntime.RuncVersion,
+			CRIU: host.CRIU, Kernel: host.Kernel, Runtime: hostRuntime,
+		}.Annotations()
+		if err := writeDumps(ctr, info, base, archiveDir, checkpointedAt, std); err != nil {
 			return err
 		}
 		ann := host.Annotations(gpus)
+		for k, v := range std {
+			ann[k] = v
+		}
 		ann[hostinfo.AnnotFormat] = hostinfo.FormatVersion
 		ann[hostinfo.AnnotEngine] = o.Engine.Name
 		ann[hostinfo.AnnotEnginePort] = strconv.Itoa(o.Engine.Port)
@@ -257,11 +270,7 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 		ann[hostinfo.AnnotSourceImage] = info.Image
 		phases, _ := json.Marshal(t.Map())
 		ann[hostinfo.AnnotPhases] = string(phases)
-		ann[crmetadata.CheckpointAnnotationName] = containerName(ctr.ID(), info.Labels)
 		ann[legacyCheckpointAnnotation] = containerName(ctr.ID(), info.Labels)
-		ann[crmetadata.CheckpointAnnotationEngine] = checkpointer
-		ann[crmetadata.CheckpointAnnotationRootfsImageName] = info.Image
-		ann[crmetadata.CheckpointAnnotationRuntimeName] = "runc"
 		res.Annotations = ann
 		desc, size, err := writeImage(ctx, c, name, base, archiveDir, ann, o)
 		if err != nil {

@@ -70,12 +70,18 @@ func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Cont
 	return f.Close()
 }
 
-// writeDumps writes spec.dump, config.dump and status.dump.
-func writeDumps(ctr client.Container, info containers.Container, base client.Image, dir string, at time.Time) error {
+// writeDumps writes spec.dump, config.dump and status.dump. The standard
+// checkpoint annotations go into spec.dump's annotations too: checkpointctl
+// reads the archive, never the manifest, and shows them from there.
+func writeDumps(ctr client.Container, info containers.Container, base client.Image, dir string, at time.Time, std map[string]string) error {
 	if info.Spec == nil {
 		return fmt.Errorf("container %s has no spec", ctr.ID())
 	}
-	if err := os.WriteFile(filepath.Join(dir, crmetadata.SpecDumpFile), info.Spec.GetValue(), 0o600); err != nil {
+	specJSON, err := annotateSpec(info.Spec.GetValue(), std)
+	if err != nil {
+		return fmt.Errorf("container %s's spec: %w", ctr.ID(), err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, crmetadata.SpecDumpFile), specJSON, 0o600); err != nil {
 		return err
 	}
 	ref, err := pinnedRef(base)
@@ -104,6 +110,34 @@ func writeDumps(ctr client.Container, info containers.Container, base client.Ima
 	}
 	_, err = crmetadata.WriteJSONFile(status, dir, crmetadata.StatusDumpFile)
 	return err
+}
+
+// annotateSpec adds ann to an OCI runtime spec's annotations, keeping every
+// other field as it was (the spec is not decoded into a struct that could
+// drop fields this build does not know).
+func annotateSpec(spec []byte, ann map[string]string) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(spec, &doc); err != nil {
+		return nil, err
+	}
+	have := map[string]string{}
+	if raw, ok := doc["annotations"]; ok {
+		if err := json.Unmarshal(raw, &have); err != nil {
+			return nil, fmt.Errorf("annotations: %w", err)
+		}
+	}
+	if have == nil {
+		have = map[string]string{}
+	}
+	for k, v := range ann {
+		have[k] = v
+	}
+	raw, err := json.Marshal(have)
+	if err != nil {
+		return nil, err
+	}
+	doc["annotations"] = raw
+	return json.Marshal(doc)
 }
 
 // pinnedRef is the base image as NAME@DIGEST, so a restorer can find it
