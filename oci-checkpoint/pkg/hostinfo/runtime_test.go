@@ -10,8 +10,8 @@ func TestParseRuncVersion(t *testing.T) {
 	for out, want := range map[string]string{
 		"runc version 1.5.2+rekindle\nspec: 1.3.0\ngo: go1.26.8\n": "1.5.2+rekindle",
 		"runc version 1.1.12\ncommit: v1.1.12-0-g51d5e946\n":       "1.1.12",
-		"crun version 1.8\n":                                        "",
-		"":                                                          "",
+		"crun version 1.8\n": "",
+		"":                   "",
 	} {
 		if got := parseRuncVersion([]byte(out)); got != want {
 			t.Errorf("parseRuncVersion(%q) = %q, want %q", out, got, want)
