@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -126,15 +127,31 @@ var inspectCmd = &cli.Command{
 	},
 }
 
+// check's exit statuses: a script (an init container, a scheduler) tells
+// "this host cannot restore it" from "the check could not be made".
+const (
+	checkRestorable  = 0
+	checkCannot      = 1
+	checkCouldNotRun = 2
+)
+
 var checkCmd = &cli.Command{
-	Name:      "check",
-	Usage:     "exit non-zero, saying why, when this host cannot restore IMAGE (reads the manifest only)",
+	Name: "check",
+	Usage: "say whether this host can restore IMAGE, from its manifest only: exit 0 it can, " +
+		"1 it cannot (the reasons are printed), 2 the check could not be made (no such image, registry unreachable, bad input)",
 	ArgsUsage: "IMAGE",
 	Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+	OnUsageError: func(cc *cli.Context, err error, _ bool) error {
+		return cli.Exit(fmt.Sprintf("%v (usage: oci-checkpoint check [--json] IMAGE)", err), checkCouldNotRun)
+	},
 	Action: func(cc *cli.Context) error {
 		r, err := inspect(cc)
 		if err != nil {
-			return err
+			var ec cli.ExitCoder
+			if errors.As(err, &ec) {
+				return cli.Exit(err.Error(), checkCouldNotRun)
+			}
+			return cli.Exit(fmt.Sprintf("could not check: %v", err), checkCouldNotRun)
 		}
 		if cc.Bool("json") {
 			if err := printJSON(r); err != nil {
@@ -142,7 +159,7 @@ var checkCmd = &cli.Command{
 			}
 		}
 		if !r.Restorable {
-			return cli.Exit(fmt.Sprintf("this host cannot restore %s:\n  %s", r.Image, strings.Join(r.Problems, "\n  ")), 1)
+			return cli.Exit(fmt.Sprintf("this host cannot restore %s:\n  %s", r.Image, strings.Join(r.Problems, "\n  ")), checkCannot)
 		}
 		if !cc.Bool("json") {
 			fmt.Printf("%s: this host can restore it\n", r.Image)
