@@ -5,6 +5,10 @@ include versions.mk
 
 PREFIX    ?= /usr/local
 DESTDIR   ?=
+# Where make install puts systemd/'s units (empty: not at all; the playbook
+# installs them itself, rewritten for its root). The units name the stack
+# under /usr/local; install rewrites that to PREFIX.
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
 BUILDDIR  ?= build
 BIN       := $(BUILDDIR)/bin
 SRC       := $(BUILDDIR)/src
@@ -132,12 +136,26 @@ $(BIN)/cni/bridge: $(PINS)/cni | $(BUILDDIR)/.deps
 		dir=$$(ls -d plugins/*/$$p) && $(GOBUILD) -o $(ABSBIN)/cni/$$p ./$$dir || exit 1; done
 	@touch $@
 
-install: ## copy the built stack under $(DESTDIR)$(PREFIX) (run 'make build' first)
-	@for f in $(STACK); do [ -e $$f ] || { echo "rekindle: error: $$f is not built: run 'make build' first" >&2; exit 1; }; done
+# The units in systemd/ and what each one runs from PREFIX/bin besides the
+# built stack: scripts installed under another name.
+UNITS := $(wildcard systemd/*.service systemd/*.timer systemd/*.service.d/*.conf)
+
+install: ## copy the built stack, the units and what they run under $(DESTDIR)$(PREFIX) (run 'make build' first)
+	@for f in $(STACK) $(filter $(BIN)/%,$(BUILD_EXTRA)); do [ -e $$f ] || { echo "rekindle: error: $$f is not built: run 'make build' first" >&2; exit 1; }; done
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/criu $(DESTDIR)$(PREFIX)/libexec/cni
 	install -m 0755 $(filter-out $(BIN)/cni,$(wildcard $(BIN)/*)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BIN)/cni/* $(DESTDIR)$(PREFIX)/libexec/cni/
 	install -m 0644 $(BUILDDIR)/lib/criu/cuda_plugin.so $(DESTDIR)$(PREFIX)/lib/criu/
+	install -m 0755 scripts/cache-gc.sh $(DESTDIR)$(PREFIX)/bin/rekindle-cache-gc
+ifneq ($(SYSTEMDUNITDIR),)
+	@for u in $(UNITS:systemd/%=%); do \
+		echo "install $$u -> $(DESTDIR)$(SYSTEMDUNITDIR)/$$u"; \
+		install -d "$(DESTDIR)$(SYSTEMDUNITDIR)/$$(dirname $$u)" && \
+		sed 's|/usr/local/|$(PREFIX)/|g' "systemd/$$u" >"$(DESTDIR)$(SYSTEMDUNITDIR)/$$u.tmp" && \
+		chmod 0644 "$(DESTDIR)$(SYSTEMDUNITDIR)/$$u.tmp" && \
+		mv "$(DESTDIR)$(SYSTEMDUNITDIR)/$$u.tmp" "$(DESTDIR)$(SYSTEMDUNITDIR)/$$u" || exit 1; \
+	done
+endif
 
 provision: build ## provision this host with ansible/ (root; CPU-only unless ANSIBLE_ARGS says otherwise)
 	cd ansible && ansible-playbook site.yml $(ANSIBLE_ARGS)
