@@ -37,7 +37,7 @@ func Manifest(ctx context.Context, c *client.Client, ref string) (name string, m
 	})
 	_, desc, err := resolver.Resolve(ctx, name)
 	if err != nil {
-		return name, m, false, fmt.Errorf("image %s is not in the local store, and its registry does not have it: %w", name, err)
+		return name, m, false, fmt.Errorf("image %s is not in the local store, and its registry did not give its manifest: %w", name, err)
 	}
 	f, err := resolver.Fetcher(ctx, name)
 	if err != nil {
