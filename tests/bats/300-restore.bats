@@ -125,15 +125,11 @@ with tarfile.open(os.path.join(out, "rootfs-diff.tar"), "w") as t:
 json.dump(deleted, open(os.path.join(out, "deleted.files"), "w"))
 PY
 
-	python3 - "$dir/archive" "$dir/base-config.json" "$image" "$src" "$dir/image.tar" \
+	oci_python - "$dir/archive" "$dir/base-config.json" "$image" "$src" "$dir/image.tar" \
 		"$BATS_FILE_TMPDIR/layer-${image//[:\/]/_}" <<'PY'
-import hashlib, io, json, os, sys, tarfile
+import io, json, os, sys, tarfile
+import oci_tar
 ckdir, base_cfg, name, cname, out, layer_out = sys.argv[1:7]
-blobs = {}
-def blob(b):
-    d = hashlib.sha256(b).hexdigest()
-    blobs[d] = b
-    return "sha256:" + d
 buf = io.BytesIO()
 with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
     for root, dirs, files in os.walk(ckdir):
@@ -141,32 +137,20 @@ with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as t:
         for n in sorted(dirs + files):
             p = os.path.join(root, n)
             t.add(p, arcname=os.path.relpath(p, ckdir), recursive=False)
-layer = buf.getvalue()
-ld = blob(layer)
+a = oci_tar.Archive()
+layer = a.add(buf.getvalue(), oci_tar.LAYER)
 base = json.load(open(base_cfg))
 keep = ("Entrypoint", "Cmd", "Env", "WorkingDir", "ExposedPorts")
 cfg = {"architecture": base.get("architecture", "amd64"), "os": "linux",
        "config": {k: v for k, v in base.get("config", {}).items() if k in keep},
-       "rootfs": {"type": "layers", "diff_ids": [ld]}}
-cb = json.dumps(cfg).encode()
-man = {"schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-       "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": blob(cb), "size": len(cb)},
-       "layers": [{"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": ld, "size": len(layer)}],
+       "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]}}
+man = {"schemaVersion": 2, "mediaType": oci_tar.MANIFEST,
+       "config": a.add_json(cfg, oci_tar.CONFIG), "layers": [layer],
        "annotations": {"org.criu.checkpoint.container.name": cname}}
-mb = json.dumps(man).encode()
-idx = {"schemaVersion": 2, "manifests": [{"mediaType": man["mediaType"], "digest": blob(mb), "size": len(mb),
-       "annotations": {"io.containerd.image.name": name,
-                       "org.opencontainers.image.ref.name": name.rsplit(":", 1)[-1]}}]}
-with tarfile.open(out, "w") as t:
-    def add(n, b):
-        ti = tarfile.TarInfo(n)
-        ti.size = len(b)
-        t.addfile(ti, io.BytesIO(b))
-    add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
-    add("index.json", json.dumps(idx).encode())
-    for d, b in blobs.items():
-        add("blobs/sha256/" + d, b)
-open(layer_out, "w").write(ld)
+desc = a.add_json(man, oci_tar.MANIFEST)
+desc["annotations"] = oci_tar.image_name(name)
+a.write(out, [desc])
+open(layer_out, "w").write(layer["digest"])
 PY
 	run_nerdctl load -i "$dir/image.tar"
 	rm -rf "$dir"

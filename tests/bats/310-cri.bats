@@ -74,33 +74,20 @@ cri_do() {
 # make_pause_image BASE.tar NAME OUT.tar: the image archive BASE.tar with its
 # command replaced by `sleep infinity`, named NAME.
 make_pause_image() {
-	python3 - "$@" <<'PY'
-import hashlib, io, json, sys, tarfile
+	oci_python - "$@" <<'PY'
+import sys
+import oci_tar
 base, name, out = sys.argv[1:4]
-with tarfile.open(base) as src, tarfile.open(out, "w") as dst:
-    def read(digest):
-        return src.extractfile("blobs/sha256/" + digest.split(":")[1]).read()
-    def add(path, data):
-        info = tarfile.TarInfo(path)
-        info.size = len(data)
-        dst.addfile(info, io.BytesIO(data))
-    def add_blob(data):
-        digest = "sha256:" + hashlib.sha256(data).hexdigest()
-        add("blobs/sha256/" + digest[7:], data)
-        return {"digest": digest, "size": len(data)}
-    entry = json.loads(src.extractfile("index.json").read())["manifests"][0]
-    manifest = json.loads(read(entry["digest"]))
-    config = json.loads(read(manifest["config"]["digest"]))
-    config["config"]["Entrypoint"] = ["sleep", "infinity"]
-    config["config"].pop("Cmd", None)
-    add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
-    manifest["config"].update(add_blob(json.dumps(config).encode()))
-    for layer in manifest["layers"]:
-        member = src.getmember("blobs/sha256/" + layer["digest"].split(":")[1])
-        dst.addfile(member, src.extractfile(member))
-    desc = {"mediaType": entry["mediaType"], "annotations": {"io.containerd.image.name": name}}
-    desc.update(add_blob(json.dumps(manifest).encode()))
-    add("index.json", json.dumps({"schemaVersion": 2, "manifests": [desc]}).encode())
+index, a = oci_tar.read(base)
+entry = index["manifests"][0]
+manifest = a.get_json(entry["digest"])
+config = a.get_json(manifest["config"]["digest"])
+config["config"]["Entrypoint"] = ["sleep", "infinity"]
+config["config"].pop("Cmd", None)
+manifest["config"].update(a.add_json(config))
+desc = a.add_json(manifest, entry["mediaType"])
+desc["annotations"] = oci_tar.image_name(name, tag_annotation=False)
+a.write(out, [desc])
 PY
 }
 
@@ -109,41 +96,23 @@ PY
 # uncompressed layer that is the archive itself, marked with the checkpoint
 # annotations containerd (checkpointctl's) and CRI-O read.
 checkpoint_image() {
-	python3 - "$@" <<'PY'
-import hashlib, io, json, os, sys, tarfile
+	oci_python - "$@" <<'PY'
+import sys
+import oci_tar
 archive, name, container, out = sys.argv[1:5]
-def sha256(data=None, path=None):
-    h = hashlib.sha256()
-    if path is None:
-        h.update(data)
-    else:
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
-    return "sha256:" + h.hexdigest()
-layer = {"mediaType": "application/vnd.oci.image.layer.v1.tar", "digest": sha256(path=archive),
-         "size": os.path.getsize(archive)}
-config = json.dumps({"architecture": "amd64", "os": "linux", "config": {},
-                     "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]}}).encode()
-manifest = json.dumps({
-    "schemaVersion": 2, "mediaType": "application/vnd.oci.image.manifest.v1+json",
-    "config": {"mediaType": "application/vnd.oci.image.config.v1+json", "digest": sha256(config), "size": len(config)},
+a = oci_tar.Archive()
+layer = a.add_file(archive, oci_tar.LAYER)
+config = {"architecture": "amd64", "os": "linux", "config": {},
+          "rootfs": {"type": "layers", "diff_ids": [layer["digest"]]}}
+manifest = {
+    "schemaVersion": 2, "mediaType": oci_tar.MANIFEST,
+    "config": a.add_json(config, oci_tar.CONFIG),
     "layers": [layer],
     "annotations": {"org.criu.checkpoint.container.name": container,
-                    "io.kubernetes.cri-o.annotations.checkpoint.name": container}}).encode()
-index = json.dumps({"schemaVersion": 2, "manifests": [{
-    "mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": sha256(manifest), "size": len(manifest),
-    "annotations": {"io.containerd.image.name": name}}]}).encode()
-with tarfile.open(out, "w") as t:
-    def add(path, data):
-        info = tarfile.TarInfo(path)
-        info.size = len(data)
-        t.addfile(info, io.BytesIO(data))
-    add("oci-layout", b'{"imageLayoutVersion":"1.0.0"}')
-    add("index.json", index)
-    add("blobs/sha256/" + sha256(config)[7:], config)
-    add("blobs/sha256/" + sha256(manifest)[7:], manifest)
-    t.add(archive, "blobs/sha256/" + layer["digest"][7:])
+                    "io.kubernetes.cri-o.annotations.checkpoint.name": container}}
+desc = a.add_json(manifest, oci_tar.MANIFEST)
+desc["annotations"] = oci_tar.image_name(name, tag_annotation=False)
+a.write(out, [desc])
 PY
 }
 

@@ -269,26 +269,17 @@ no_container() {
 	ocicp create fsrc "$image"
 	run_nerdctl rm -f fsrc
 	run_nerdctl save -o "$BATS_TEST_TMPDIR/img.tar" "$image"
-	python3 - "$BATS_TEST_TMPDIR/img.tar" "$BATS_TEST_TMPDIR/crafted.tar" "$crafted" <<-'PY'
-		import hashlib, io, json, sys, tarfile
+	oci_python - "$BATS_TEST_TMPDIR/img.tar" "$BATS_TEST_TMPDIR/crafted.tar" "$crafted" <<-'PY'
+		import sys
+		import oci_tar
 		src, dst, name = sys.argv[1:4]
-		t = tarfile.open(src)
-		files = {m.name: t.extractfile(m).read() for m in t.getmembers() if m.isfile()}
-		idx = json.loads(files["index.json"])
-		desc = idx["manifests"][0]
-		man = json.loads(files["blobs/sha256/" + desc["digest"].split(":")[1]])
-		ann = man["annotations"]
-		ann["org.rekindle.cpu.flags"] += ",avx9000"
-		b = json.dumps(man).encode()
-		d = hashlib.sha256(b).hexdigest()
-		files["blobs/sha256/" + d] = b
-		desc.update(digest="sha256:" + d, size=len(b))
-		desc["annotations"] = {"io.containerd.image.name": name, "org.opencontainers.image.ref.name": name.rsplit(":", 1)[1]}
-		idx["manifests"] = [desc]
-		files["index.json"] = json.dumps(idx).encode()
-		with tarfile.open(dst, "w") as out:
-		    for n, b in files.items():
-		        ti = tarfile.TarInfo(n); ti.size = len(b); out.addfile(ti, io.BytesIO(b))
+		index, a = oci_tar.read(src)
+		desc = index["manifests"][0]
+		man = a.get_json(desc["digest"])
+		man["annotations"]["org.rekindle.cpu.flags"] += ",avx9000"
+		desc.update(a.add_json(man))
+		desc["annotations"] = oci_tar.image_name(name)
+		a.write(dst, [desc])
 	PY
 	run_nerdctl load -i "$BATS_TEST_TMPDIR/crafted.tar"
 	ocicp 1 check "$crafted"

@@ -58,6 +58,12 @@ run_ctr() {
 	run_cmd "$expect" "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default "$@"
 }
 
+# oci_python ARGS...: python3 with tests/oci_tar.py importable (import
+# oci_tar), the one writer of OCI image layout archives.
+oci_python() {
+	PYTHONPATH=$REKINDLE_ROOT/tests${PYTHONPATH:+:$PYTHONPATH} python3 "$@"
+}
+
 # ---- assertions ------------------------------------------------------------
 
 die() {

@@ -1,0 +1,102 @@
+"""oci_tar: the one writer of OCI image layout archives for the bats tests.
+
+An archive is what `nerdctl load` and `ctr images import` read: an
+`oci-layout` file, an `index.json` naming the manifests, and every blob under
+`blobs/sha256/<hex>`. The tests build one with Archive (add blobs, get their
+descriptors, write the tar) or change one that `nerdctl save` wrote (read).
+Run the tests' Python through helpers.bash's oci_python, which puts this folder
+on the module path.
+"""
+import hashlib
+import io
+import json
+import tarfile
+
+LAYOUT = b'{"imageLayoutVersion":"1.0.0"}'
+MANIFEST = "application/vnd.oci.image.manifest.v1+json"
+CONFIG = "application/vnd.oci.image.config.v1+json"
+LAYER = "application/vnd.oci.image.layer.v1.tar"
+
+
+def _descriptor(media_type, digest, size):
+    desc = {} if media_type is None else {"mediaType": media_type}
+    desc.update(digest=digest, size=size)
+    return desc
+
+
+class Archive:
+    """Blobs by digest, written out as one OCI image layout tar."""
+
+    def __init__(self):
+        self.blobs = {}  # "sha256:<hex>" -> bytes, or the path of a file
+
+    def add(self, data, media_type=None):
+        """Add the blob DATA (bytes); return its descriptor."""
+        digest = "sha256:" + hashlib.sha256(data).hexdigest()
+        self.blobs[digest] = data
+        return _descriptor(media_type, digest, len(data))
+
+    def add_json(self, obj, media_type=None):
+        """Add OBJ as a JSON blob; return its descriptor."""
+        return self.add(json.dumps(obj).encode(), media_type)
+
+    def add_file(self, path, media_type=None):
+        """Add the file at PATH as a blob without reading it into memory."""
+        h, size = hashlib.sha256(), 0
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+                size += len(chunk)
+        digest = "sha256:" + h.hexdigest()
+        self.blobs[digest] = path
+        return _descriptor(media_type, digest, size)
+
+    def get(self, digest):
+        """The bytes of the blob DIGEST."""
+        blob = self.blobs[digest]
+        if isinstance(blob, bytes):
+            return blob
+        with open(blob, "rb") as f:
+            return f.read()
+
+    def get_json(self, digest):
+        return json.loads(self.get(digest))
+
+    def write(self, out, manifests):
+        """Write the archive to OUT with an index.json of MANIFESTS (descriptors)."""
+        index = {"schemaVersion": 2, "manifests": manifests}
+        with tarfile.open(out, "w") as t:
+            _add_bytes(t, "oci-layout", LAYOUT)
+            _add_bytes(t, "index.json", json.dumps(index).encode())
+            for digest, blob in self.blobs.items():
+                name = "blobs/sha256/" + digest.split(":", 1)[1]
+                if isinstance(blob, bytes):
+                    _add_bytes(t, name, blob)
+                else:
+                    t.add(blob, name)
+
+
+def _add_bytes(t, name, data):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    t.addfile(info, io.BytesIO(data))
+
+
+def read(path):
+    """Read the archive at PATH: (its index.json, an Archive of its blobs)."""
+    archive = Archive()
+    with tarfile.open(path) as t:
+        index = json.loads(t.extractfile("index.json").read())
+        for m in t.getmembers():
+            if m.isfile() and m.name.startswith("blobs/sha256/"):
+                archive.blobs["sha256:" + m.name[len("blobs/sha256/"):]] = t.extractfile(m).read()
+    return index, archive
+
+
+def image_name(name, tag_annotation=True):
+    """The index annotations that name an image NAME for containerd (and,
+    with TAG_ANNOTATION, for other OCI tools: the tag as ref.name)."""
+    ann = {"io.containerd.image.name": name}
+    if tag_annotation:
+        ann["org.opencontainers.image.ref.name"] = name.rsplit(":", 1)[-1]
+    return ann
