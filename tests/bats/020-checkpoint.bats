@@ -19,10 +19,9 @@ teardown_file() {
 	port=$(free_port)
 	start_engine eng "$port"
 
-	local prompt='{"text": "the quick brown fox", "max_new_tokens": 16}'
 	local before pid0 start0 c0
-	before=$(engine POST "$port" /generate "$prompt" | jq -r .text)
-	[ -n "$before" ] || die "empty generation before checkpoint"
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
 	pid0=$(state_of "$port" pid)
 	start0=$(state_of "$port" start_time)
 	sleep 1
@@ -44,7 +43,7 @@ teardown_file() {
 	[ "$(state_of "$port" counter)" -gt "$c1" ] || die "counter stopped after restore"
 
 	local after
-	after=$(engine POST "$port" /generate "$prompt" | jq -r .text)
+	after=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
 	is "$after" "$before" "greedy output after restore"
 	is "$(state_of "$port" loaded_sha256)" "$(state_of "$port" weights_sha256)" "weights checksum"
 }
@@ -53,9 +52,9 @@ teardown_file() {
 	local port
 	port=$(free_port)
 	start_engine eng2 "$port"
-	local prompt='{"text": "hello", "max_new_tokens": 8}'
 	local before
-	before=$(engine POST "$port" /generate "$prompt" | jq -r .text)
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
 
 	engine POST "$port" /flush_cache >/dev/null
 	engine POST "$port" /release_memory_occupation '{}' >/dev/null
@@ -67,5 +66,5 @@ teardown_file() {
 
 	engine POST "$port" /resume_memory_occupation '{}' >/dev/null
 	is "$(state_of "$port" loaded)" "true" "weights reloaded"
-	is "$(engine POST "$port" /generate "$prompt" | jq -r .text)" "$before" "greedy output"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output"
 }

@@ -27,7 +27,10 @@ setup_file() {
 	local port
 	port=$(free_port)
 	start_engine ck-src "$port"
-	engine POST "$port" /generate "$PROMPT" | jq -r .text >"$BATS_FILE_TMPDIR/ck1.text"
+	local text
+	text=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$text"
+	echo "$text" >"$BATS_FILE_TMPDIR/ck1.text"
 	state_of "$port" pid >"$BATS_FILE_TMPDIR/ck1.pid"
 	state_of "$port" start_time >"$BATS_FILE_TMPDIR/ck1.start"
 	state_of "$port" counter >"$BATS_FILE_TMPDIR/ck1.counter"
@@ -38,8 +41,6 @@ setup_file() {
 teardown_file() {
 	stack_down
 }
-
-PROMPT='{"text": "the quick brown fox", "max_new_tokens": 16}'
 
 stack_up_offline() {
 	HTTPS_PROXY=$OFFLINE_PROXY HTTP_PROXY=$OFFLINE_PROXY NO_PROXY= stack_up
@@ -167,7 +168,10 @@ PY
 	local c
 	c=$(state_of "$port" counter)
 	[ "$c" -ge "$(cat "$BATS_FILE_TMPDIR/ck1.counter")" ] || die "counter went back to $c"
-	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$(cat "$BATS_FILE_TMPDIR/ck1.text")" "greedy output"
+	local before
+	before=$(cat "$BATS_FILE_TMPDIR/ck1.text")
+	answered "before the checkpoint" "$before"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output"
 	is "$(state_of "$port" loaded_sha256)" "$(state_of "$port" weights_sha256)" "weights checksum"
 	# runc-patches/0002: the restored network namespace's lo is up, with no
 	# wake helper in this image to bring it up.
@@ -292,7 +296,7 @@ PY
 	start_engine dmg-src "$port"
 	local before
 	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
-	[ -n "$before" ] && [ "$before" != null ] || die "no generation before the checkpoint: '$before'"
+	answered "before the checkpoint" "$before"
 	# The symlink makes containerd extract the layer into the cache, the
 	# copy a full disk or damage can cut short.
 	CKPT_SYMLINK=1 make_checkpoint_image dmg-src "$image"

@@ -5,8 +5,6 @@
 
 load helpers
 
-PROMPT='{"text": "the quick brown fox", "max_new_tokens": 16}'
-
 setup_file() {
 	grep -q "checkpoint cache hit" "$BIN/containerd" ||
 		skip "$BIN/containerd is not built with containerd-patches/ (run 'make build')"
@@ -71,6 +69,7 @@ no_container() {
 	start_engine src "$port"
 	local before pid0 start0 c0
 	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
 	pid0=$(state_of "$port" pid)
 	start0=$(state_of "$port" start_time)
 	c0=$(state_of "$port" counter)
@@ -200,6 +199,7 @@ no_container() {
 	start_engine zsrc "$port"
 	local before
 	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
 	ocicp create --quiet --compression zstd zsrc "$image"
 	[[ $output != *"==> "* ]] || die "--quiet printed phases"
 	local manifest
@@ -343,6 +343,7 @@ no_container() {
 	start_engine asrc "$port"
 	local before
 	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
 	ocicp create --output "oci-archive:$archive" asrc "$image"
 	[ -s "$archive" ] || die "no archive at $archive"
 	[ ! -e "$archive.partial" ] || die "a partial archive was left behind"

@@ -10,6 +10,10 @@ BASE_IMAGE=rekindle.local/base:bookworm
 ENGINE_IMAGE=rekindle.local/cpu-engine:latest
 PATH=$BIN:$PATH
 
+# The /generate request the tests send the CPU reference engine, before a
+# checkpoint and after the restore.
+PROMPT='{"text": "the quick brown fox", "max_new_tokens": 16}'
+
 # ---- the stack -------------------------------------------------------------
 
 # stack_up: start a private containerd for this file (call from setup_file).
@@ -157,6 +161,12 @@ start_engine() {
 # state_of PORT FIELD: one field of the engine's GET /state.
 state_of() {
 	engine GET "$1" /state | jq -r ".$2"
+}
+
+# answered WHAT TEXT: TEXT is a real answer, not empty or null, so that a
+# later "same output" check cannot pass on two empty sides.
+answered() {
+	[ -n "$2" ] && [ "$2" != null ] || die "no generation $1: '$2'"
 }
 
 # ---- the weight-set service (docs/weights.md) ------------------------------
