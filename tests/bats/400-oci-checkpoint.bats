@@ -16,6 +16,27 @@ setup_file() {
 	registry_up
 }
 
+# Every test's containers and images go, and the tmpfs the full-disk tests
+# mount, also when the test failed half way: the next test starts from the
+# engine and base images alone.
+teardown() {
+	[ -n "${RK_DIR:-}" ] || return 0
+	local m
+	for m in "$BATS_TEST_TMPDIR/small" "$RK_DIR/root/io.containerd.content.v1.content/ingest"; do
+		if mountpoint -q "$m" 2>/dev/null; then
+			umount "$m" || umount -l "$m" || true
+		fi
+	done
+	local n=("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR") c i
+	for c in $("${n[@]}" ps -aq 2>/dev/null); do
+		"${n[@]}" rm -f "$c" >/dev/null 2>&1 || true
+	done
+	for i in $("${n[@]}" images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null); do
+		[ "$i" != "$BASE_IMAGE" ] && [ "$i" != "$ENGINE_IMAGE" ] || continue
+		"${n[@]}" rmi -f "$i" >/dev/null 2>&1 || true
+	done
+}
+
 teardown_file() {
 	[ -n "${REGISTRY_PID:-}" ] && kill "$REGISTRY_PID" 2>/dev/null
 	stack_down
