@@ -14,10 +14,12 @@
 #           the page cache dropped; (GPU) pinned host-to-device bandwidth
 # then the checkpoint image is removed (its cache goes with it).
 #
-# Phases come from containerd's log (patch 0004: container-setup, criu-restore),
-# from the wake helper's /.rekindle/status (woke_at, done_at) and from a poller
-# that asks /health every few ms from before `nerdctl run` and sends the first
-# /generate the moment the engine is healthy.
+# Phases come from containerd's log (patch 0004: container-setup, criu-restore;
+# read by bench-log.py), from the wake helper's /.rekindle/status (woke_at,
+# done_at) and from a poller (bench-poll.py) that asks /health every few ms
+# from before `nerdctl run` and sends the first /generate the moment the
+# engine is healthy. This script only runs them: the measuring tools are
+# scripts/bench-*.{py,c}, the report bench-report.py.
 #
 # Environment:
 #   BENCH_REPS         repetitions (5)
@@ -96,126 +98,14 @@ for i in $tars; do n load -i "$images/$i.tar" >/dev/null; done
 
 # ---- measuring tools ---------------------------------------------------------
 
-# poll.py PORT PROMPT TIMEOUT: ask GET /health every 2 ms until it answers
-# 200, then POST /generate once; print the times (epoch seconds) as JSON.
-# A health poll gives up after 250 ms: while a container's network comes
-# up, a connection to the published port can be accepted and never answered
-# (seen here: 5 s stalls), and a long timeout would be counted as start time.
-cat >"$dir/poll.py" <<'PY'
-import http.client, json, sys, time
-port, prompt, timeout = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
-
-def call(method, path, body=None, wait=600.0):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=0.05)
-    try:
-        c.connect()
-        c.sock.settimeout(wait)
-        c.request(method, path, body=body, headers={"Content-Type": "application/json"} if body else {})
-        r = c.getresponse()
-        return r.status, r.read()
-    finally:
-        c.close()
-
-t_start, polls, last = time.time(), 0, ""
-while True:
-    polls += 1
-    try:
-        status, body = call("GET", "/health", wait=0.25)
-        if status == 200:
-            break
-        last = f"HTTP {status}"
-    except OSError as e:
-        last = str(e)
-    if time.time() - t_start > timeout:
-        print(json.dumps({"error": f"not healthy within {timeout}s: {last}", "polls": polls}))
-        sys.exit(1)
-    time.sleep(0.002)
-t_health = time.time()
-try:
-    status, body = call("POST", "/generate", prompt.encode())
-    answer = json.loads(body)
-    if status != 200:
-        raise ValueError(f"HTTP {status}: {body[:200]!r}")
-except (OSError, ValueError) as e:
-    print(json.dumps({"error": f"/generate failed: {e}", "t_health": t_health}))
-    sys.exit(1)
-t_answer = time.time()
-state = json.loads(call("GET", "/state", wait=60.0)[1])
-print(json.dumps({"t_poll_start": t_start, "t_health": t_health, "t_answer": t_answer, "polls": polls,
-                  "text": answer.get("text"), "output_ids": answer.get("output_ids"), "state": state}))
-PY
-
-# memcpy bandwidth: a C program when gcc is here, else Python's memmove
-# (bytearray slice assignment); both single-threaded, like a page copy.
-# "warm": into a buffer already faulted in; "fresh": into new pages, page
-# faults included, as a restore that maps and fills new memory does.
+# memcpy bandwidth: bench-memcpy.c when gcc is here, else bench-memcpy.py
+# (Python's memmove); both single-threaded, like a page copy.
 memcpy_mb=${BENCH_MEMCPY_MB:-1024}
 if command -v gcc >/dev/null 2>&1; then
-	cat >"$dir/memcpy.c" <<'C'
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/mman.h>
-#include <time.h>
-
-static double now(void) {
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static int cmp(const void *a, const void *b) {
-	double x = *(const double *)a, y = *(const double *)b;
-	return (x > y) - (x < y);
-}
-
-int main(int argc, char **argv) {
-	size_t n = (size_t)(argc > 1 ? atol(argv[1]) : 1024) << 20;
-	enum { RUNS = 5 };
-	double warm[RUNS], fresh[RUNS];
-	char *src = malloc(n), *dst = malloc(n);
-	if (!src || !dst) { perror("malloc"); return 1; }
-	memset(src, 0xa5, n);
-	memset(dst, 0x5a, n);
-	for (int i = 0; i < RUNS; i++) {
-		double t = now();
-		memcpy(dst, src, n);
-		warm[i] = n / (now() - t) / 1e9;
-		char *f = mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		if (f == MAP_FAILED) { perror("mmap"); return 1; }
-		t = now();
-		memcpy(f, src, n);
-		fresh[i] = n / (now() - t) / 1e9;
-		if (f[n - 1] != src[n - 1] || dst[0] != src[0]) return 1;
-		munmap(f, n);
-	}
-	qsort(warm, RUNS, sizeof *warm, cmp);
-	qsort(fresh, RUNS, sizeof *fresh, cmp);
-	printf("{\"method\": \"C memcpy\", \"bytes\": %zu, \"warm_gbps\": %.3f, \"warm_best_gbps\": %.3f, "
-	       "\"fresh_gbps\": %.3f, \"fresh_best_gbps\": %.3f}\n",
-	       n, warm[RUNS / 2], warm[RUNS - 1], fresh[RUNS / 2], fresh[RUNS - 1]);
-	return 0;
-}
-C
-	gcc -O2 -o "$dir/memcpy" "$dir/memcpy.c" || die "cannot compile $dir/memcpy.c"
+	gcc -O2 -o "$dir/memcpy" "$root/scripts/bench-memcpy.c" || die "cannot compile scripts/bench-memcpy.c"
 	memcpy_bw() { "$dir/memcpy" "$memcpy_mb"; }
 else
-	memcpy_bw() {
-		python3 - "$memcpy_mb" <<'PY'
-import json, statistics, sys, time
-n = int(sys.argv[1]) << 20
-src, dst = bytearray(b"\xa5") * n, bytearray(b"\x5a") * n
-warm, fresh = [], []
-for _ in range(5):
-    t = time.perf_counter(); dst[:] = src; warm.append(n / (time.perf_counter() - t) / 1e9)
-    f = bytearray(n)  # calloc: new, untouched pages
-    t = time.perf_counter(); f[:] = src; fresh.append(n / (time.perf_counter() - t) / 1e9)
-    del f
-print(json.dumps({"method": "python bytearray copy", "bytes": n,
-                  "warm_gbps": round(statistics.median(warm), 3), "warm_best_gbps": round(max(warm), 3),
-                  "fresh_gbps": round(statistics.median(fresh), 3), "fresh_best_gbps": round(max(fresh), 3)}))
-PY
-	}
+	memcpy_bw() { python3 "$root/scripts/bench-memcpy.py" "$memcpy_mb"; }
 fi
 
 # disk_read FILE...: drop the page cache, read the files once; JSON.
@@ -251,16 +141,11 @@ bench_extra_bandwidth() {
 	fi
 }
 
-# cuda_steps LINE: the timed steps cuda-checkpoint logged from LINE on, as
-# {"restore": s, "unlock": s} summed over the engine's processes; {} when
-# there is no log (a CPU engine).
+# cuda-checkpoint's log (GPU): bench-log.py sums its timed steps per restore.
 cuda_log=${REKINDLE_CUDA_CHECKPOINT_LOG:-}
 cuda_lines() { if [ -n "$cuda_log" ] && [ -f "$cuda_log" ]; then wc -l <"$cuda_log"; else echo 0; fi; }
-cuda_steps() {
-	[ -n "$cuda_log" ] && [ -f "$cuda_log" ] || { echo '{}'; return; }
-	tail -n +"$1" "$cuda_log" | sed -n 's/.*\] pid [0-9]*: \(.*\) done in \([0-9.]*\)s$/\1\t\2/p' |
-		jq -Rn 'reduce (inputs | split("\t")) as [$k, $v] ({}; .[$k | sub(" with GPU remap"; "")] += ($v | tonumber))'
-}
+# bench_log ARGS...: what scripts/bench-log.py reads from the run's logs.
+bench_log() { python3 "$root/scripts/bench-log.py" "$@"; }
 
 # ---- one run -----------------------------------------------------------------
 
@@ -283,10 +168,11 @@ run_flags() {
 measure() {
 	local path=$1 rep=$2 name=$3 image=$4
 	shift 4
-	local p=$gpu_port id t0 t1 poll status="null" timings="{}" cache="" begun="null" cuda="{}" cuda_mark
+	local p=$gpu_port id t0 t1 poll status="null" cuda="{}" cuda_mark
+	local restore='{"containerd": {}, "restore_begun_at": null, "cache": null}'
 	cuda_mark=$(($(cuda_lines) + 1))
 	[ "$engine" = cpu ] && p=$(port)
-	python3 "$dir/poll.py" "$p" "$prompt" "$timeout" >"$dir/poll.json" &
+	python3 "$root/scripts/bench-poll.py" "$p" "$prompt" "$timeout" >"$dir/poll.json" &
 	local poller=$!
 	t0=$EPOCHREALTIME
 	# shellcheck disable=SC2046
@@ -298,25 +184,19 @@ measure() {
 	if [ "$path" != cold ]; then
 		status=$(n exec "$name" cat /.rekindle/status) || die "$path: no /.rekindle/status in $name"
 		[ "$(jq -r .outcome <<<"$status")" = resumed ] || die "$path: resume failed: $(jq -r .error <<<"$status")"
-		# containerd's line for this container, e.g. "restored from checkpoint
-		# image X: container-setup=0.012s [task-create=0.03s] criu-restore=0.64s total=0.68s"
-		timings=$(grep "restored from checkpoint image" "$dir/containerd.log" | grep -F "$id" | tail -1 |
-			sed 's/.*restored from checkpoint image [^ ]*: //; s/" .*//; s/"$//' |
-			tr ' ' '\n' | sed -n 's/^\([a-z-]*\)=\([0-9.]*\)s$/"\1": \2/p' | paste -sd, | sed 's/^/{/; s/$/}/')
-		[ "$timings" != "{}" ] || note "warning: no restore timings for $id in containerd's log"
-		# When the tasks service began the restore (patch 0001 logs it): what
-		# came before is nerdctl's own work (image unpack, container create).
-		begun=$(grep -F "$id" "$dir/containerd.log" | grep "restoring instead of starting" | tail -1 |
-			sed -n 's/^time="\([^"]*\)".*/"\1"/p')
-		grep -q "checkpoint cache miss" <(sed -n "$log_mark,\$p" "$dir/containerd.log") && cache=miss || cache=hit
-		cuda=$(cuda_steps "$cuda_mark")
+		# containerd's phase times, when it began the restore, cache hit or miss.
+		restore=$(bench_log restore "$dir/containerd.log" "$id" "$log_mark") ||
+			die "$path: cannot read containerd's log"
+		[ "$(jq -c .containerd <<<"$restore")" != "{}" ] || note "warning: no restore timings for $id in containerd's log"
+		cuda=$(bench_log cuda "$cuda_log" "$cuda_mark") || die "$path: cannot read $cuda_log"
 	fi
 	log_mark=$(($(wc -l <"$dir/containerd.log") + 1))
-	jq -cn --arg path "$path" --argjson rep "$rep" --arg id "$id" --arg image "$image" --arg cache "$cache" \
+	jq -cn --arg path "$path" --argjson rep "$rep" --arg id "$id" --arg image "$image" \
 		--argjson t0 "$t0" --argjson t1 "$t1" --argjson poll "$poll" --argjson status "$status" \
-		--argjson containerd "$timings" --argjson begun "${begun:-null}" --argjson cuda "$cuda" \
-		'{path: $path, rep: $rep, container: $id, image: $image, t0: $t0, t_run_returned: $t1, restore_begun_at: $begun,
-		  cache: (if $cache == "" then null else $cache end), containerd: $containerd, cuda: $cuda, status: $status} + $poll' \
+		--argjson restore "$restore" --argjson cuda "$cuda" \
+		'{path: $path, rep: $rep, container: $id, image: $image, t0: $t0, t_run_returned: $t1,
+		  restore_begun_at: $restore.restore_begun_at, cache: $restore.cache, containerd: $restore.containerd,
+		  cuda: $cuda, status: $status} + $poll' \
 		>>"$dir/runs.jsonl"
 	# A restored engine must answer what it answered before the checkpoint.
 	local said
@@ -377,7 +257,7 @@ for rep in $(seq "$reps"); do
 		-name 'pages-*.img' -path '*/fs/checkpoint/*' 2>/dev/null | sed 's|/fs/checkpoint/.*||' | sort -Vu | tail -1)
 	mapfile -t pages < <(find "${snap:-/nonexistent}/fs/checkpoint" -name 'pages-*.img' -type f 2>/dev/null)
 	[ ${#pages[@]} -gt 0 ] || die "no pages-*.img extracted under $dir/root for $image"
-	layer=$(sed -n "s/.*checkpoint cache miss: building .* of checkpoint layer \(sha256:[0-9a-f]*\).*/\1/p" "$dir/containerd.log" | tail -1)
+	layer=$(bench_log layer "$dir/containerd.log")
 	blob=$dir/root/io.containerd.content.v1.content/blobs/sha256/${layer#sha256:}
 	layer_bytes=null
 	[ -n "$layer" ] && [ -f "$blob" ] && layer_bytes=$(stat -c %s "$blob")
