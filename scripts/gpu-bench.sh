@@ -129,7 +129,7 @@ export BENCH_COMMAND="scripts/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENC
 if [ "${GPU_BENCH_WEIGHT_SET:-0}" = 1 ]; then
 	[ -x "$bin/rekindle-weights" ] || die "$bin/rekindle-weights is missing: run 'make build' (and rebuild the bundle)"
 	wroot=$work/weights-service wsock=$work/weights.sock
-	"$bin/rekindle-weights" serve --root "$wroot" --socket "$wsock" --state "$work/weights-state.json" --cdi-dir "" \
+	"$bin/rekindle-weights" --socket "$wsock" serve --root "$wroot" --state "$work/weights-state.json" --cdi-dir "" \
 		--quota "$((gb + 2))G" >"$work/weights-service.log" 2>&1 &
 	wpid=$!
 	trap 'kill $wpid 2>/dev/null; wait $wpid 2>/dev/null; umount "$wroot/sets" 2>/dev/null; rm -rf "$work"' EXIT
