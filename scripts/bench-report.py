@@ -194,7 +194,9 @@ def summarize(r):
         ck = next((c for c in r.get("checkpoints") or [] if c.get("rep") == rep), None)
         pk = next((ph["seconds"] for ph in (ck or {}).get("phases") or [] if ph["name"] == "package"), None)
         if pk and ck.get("size"):
-            row["package_gbps"] = ck["size"] / pk / GB
+            # A compressed layer is smaller than what was packaged: count
+            # the checkpoint's pages then.
+            row["package_gbps"] = max(ck["size"], pages or 0) / pk / GB
             if dwrite:
                 row["package_vs_direct_write"] = row["package_gbps"] / dwrite
         rows.append(row)
