@@ -119,16 +119,29 @@ else
 	namespaces=$(q "${CTR_BASE[@]}" namespaces ls -q) || die "cannot list namespaces"
 fi
 
-# prune_namespace NS: one namespace's entries, decided and removed.
-prune_namespace() {
-	local ns=$1
-	local c=(q "${CTR_BASE[@]}" -n "$ns" snapshots --snapshotter "$snapshotter")
-	local listing
-	listing=$("${c[@]}" ls) || die "cannot list $snapshotter snapshots in namespace $ns"
+# One namespace's cache, as list_entries finds it:
+#   parent[key], kind[key]  every snapshot's parent and kind (Active, Committed, View)
+#   keys[layer]             the snapshots of one entry (one checkpoint layer)
+#   busy[layer]             why the entry must stay: in use or being built
+#   rows                    "age bytes layer" per entry, oldest first
+# and what decide_entries makes of it: verdict[layer], "keep (...)" or "remove (...)".
+declare -A parent=() kind=() keys=() busy=() verdict=()
+rows=''
 
-	# key -> parent, kind; entry (layer) -> its keys.
-	local -A parent=() kind=() keys=() busy=()
-	local key p k
+# snaps NS ARGS...: ctr snapshots ARGS in namespace NS, on the cache's snapshotter.
+snaps() {
+	local ns=$1
+	shift
+	q "${CTR_BASE[@]}" -n "$ns" snapshots --snapshotter "$snapshotter" "$@"
+}
+
+# list_entries NS: read the namespace's snapshots into parent, kind, keys,
+# busy and rows.
+list_entries() {
+	local ns=$1 listing key p k layer
+	parent=() kind=() keys=() busy=() rows=''
+	listing=$(snaps "$ns" ls) || die "cannot list $snapshotter snapshots in namespace $ns"
+
 	while read -r key p k; do
 		[ "$key" = KEY ] && continue
 		# An empty PARENT column leaves two fields.
@@ -136,7 +149,6 @@ prune_namespace() {
 		parent[$key]=$p kind[$key]=$k
 	done <<<"$listing"
 
-	local layer
 	for key in "${!parent[@]}"; do
 		if [[ $key == checkpoint-cache/* ]]; then
 			layer=${key#checkpoint-cache/}
@@ -158,24 +170,28 @@ prune_namespace() {
 	[ ${#keys[@]} -gt 0 ] || return 0
 
 	# Age and size per entry; rows "age bytes layer", oldest first.
-	local rows='' t newest bytes created
+	local t newest bytes created
 	for layer in "${!keys[@]}"; do
 		newest=0
 		for key in ${keys[$layer]}; do
-			created=$("${c[@]}" info "$key" | jq -r '[.Created, .Updated] | max') ||
+			created=$(snaps "$ns" info "$key" | jq -r '[.Created, .Updated] | max') ||
 				die "cannot read snapshot $key"
 			t=$(date -u -d "$created" +%s) || die "bad time '$created' on snapshot $key"
 			((t > newest)) && newest=$t
 		done
 		# shellcheck disable=SC2086 # keys are whitespace-free snapshot names
-		bytes=$("${c[@]}" usage -b ${keys[$layer]} | awk 'NR > 1 {s += $2} END {print s + 0}')
+		bytes=$(snaps "$ns" usage -b ${keys[$layer]} | awk 'NR > 1 {s += $2} END {print s + 0}')
 		rows+="$((now - newest)) $bytes $layer"$'\n'
 	done
 	rows=$(sort -k1,1nr <<<"${rows%$'\n'}")
+}
 
-	# Decide: busy entries stay; too old ones go; then the oldest until the rest fits.
-	local -A verdict=()
-	local age left=0
+# decide_entries NS: a verdict per entry of rows: busy entries stay; too old
+# ones go; then the oldest until the rest fits. Counts every entry in
+# total_n and total_bytes.
+decide_entries() {
+	local ns=$1 age bytes layer left=0
+	verdict=()
 	while read -r age bytes layer; do
 		total_n=$((total_n + 1)) total_bytes=$((total_bytes + bytes))
 		if [ -n "${busy[$layer]:-}" ]; then
@@ -196,41 +212,52 @@ prune_namespace() {
 		((left <= max_size)) ||
 			say "warning: namespace $ns: entries in use keep the cache at $(human_size "$left"), over $(human_size "$max_size")"
 	fi
+}
+
+# remove_entry NS LAYER: remove the entry's snapshots, children before
+# parents (data-view before data); fails when one cannot be removed.
+remove_entry() {
+	local ns=$1 layer=$2
+	local todo=${keys[$layer]} next rc=0 progress key other has_child
+	while [ -n "$todo" ]; do
+		next='' progress=0
+		for key in $todo; do
+			has_child=0
+			for other in $todo; do
+				[ "${parent[$other]}" = "$key" ] && { has_child=1; break; }
+			done
+			if [ $has_child = 1 ]; then
+				next+="$key "
+			elif snaps "$ns" rm "$key" >/dev/null; then
+				progress=1
+			else
+				say "error: cannot remove snapshot $key in namespace $ns"
+				rc=1
+			fi
+		done
+		todo=$next
+		[ $progress = 1 ] || { [ -z "$todo" ] || rc=1; break; }
+	done
+	return $rc
+}
+
+# prune_namespace NS: one namespace's entries listed, decided and removed
+# (or, with --dry-run, named).
+prune_namespace() {
+	local ns=$1 age bytes layer v what
+	list_entries "$ns"
+	[ ${#keys[@]} -gt 0 ] || return 0
+	decide_entries "$ns"
 
 	while read -r age bytes layer; do
-		local v=${verdict[$layer]:-keep} what
+		v=${verdict[$layer]:-keep}
 		what="$ns/$snapshotter checkpoint-cache/$layer $(human_size "$bytes") age $(human_age "$age")"
 		if [[ $v != remove* ]]; then
 			say "$what: $v"
-			continue
-		fi
-		if [ "$dry_run" = 1 ]; then
+		elif [ "$dry_run" = 1 ]; then
 			say "$what: would ${v}"
 			removed_n=$((removed_n + 1)) removed_bytes=$((removed_bytes + bytes))
-			continue
-		fi
-		# Children before parents: data-view before data.
-		local todo=${keys[$layer]} next ok=1 progress
-		while [ -n "$todo" ]; do
-			next='' progress=0
-			for key in $todo; do
-				local has_child=0 other
-				for other in $todo; do
-					[ "${parent[$other]}" = "$key" ] && { has_child=1; break; }
-				done
-				if [ $has_child = 1 ]; then
-					next+="$key "
-				elif "${c[@]}" rm "$key" >/dev/null; then
-					progress=1
-				else
-					say "error: cannot remove snapshot $key in namespace $ns"
-					ok=0
-				fi
-			done
-			todo=$next
-			[ $progress = 1 ] || { [ -z "$todo" ] || ok=0; break; }
-		done
-		if [ $ok = 1 ]; then
+		elif remove_entry "$ns" "$layer"; then
 			say "$what: ${v/remove/removed}"
 			removed_n=$((removed_n + 1)) removed_bytes=$((removed_bytes + bytes))
 		else
