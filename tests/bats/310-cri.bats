@@ -249,3 +249,36 @@ logged() {
 	assert_resumed "$port"
 	logged "Restored container $CTR successfully"
 }
+
+@test "crictl: a created restore keeps its checkpoint when the image is removed and the cache pruned before start" {
+	local port image=rekindle.local/ckpt:cri-held
+	port=$(free_port)
+	run_engine_pod hsrc "$ENGINE_IMAGE" "$port"
+	wait_healthy "$port"
+	record_engine "$port"
+	run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port "$port" \
+		--output "oci-archive:$BATS_TEST_TMPDIR/image.tar" "$CTR" "$image"
+	cri_do rmp --force "$POD"
+	k8s_ctr images import "$BATS_TEST_TMPDIR/image.tar" >/dev/null 2>&1 || die "cannot import $image"
+	rm -f "$BATS_TEST_TMPDIR/image.tar"
+
+	local pod ctr err=$BATS_TEST_TMPDIR/create.err
+	pod=$(pod_config hdst)
+	ctr=$(engine_config "$image" "$port")
+	cri_do runp "$pod"
+	POD=$output
+	CTR=$(cri create "$POD" "$ctr" "$pod" 2>"$err") || die "crictl create of $image failed: $(cat "$err")"
+
+	# Between create and start: the image goes (containerd's collector runs
+	# with --sync) and cache-gc prunes everything it may.
+	run_cmd k8s_ctr images rm --sync "$image"
+	run_cmd "$REKINDLE_ROOT/scripts/cache-gc.sh" --address "$RK_DIR/containerd.sock" --max-age 0s --max-size 0
+	run_cmd k8s_ctr snapshots ls
+	[[ $output == *"checkpoint-restore/$CTR/checkpoint"* ]] || die "no snapshot holds the checkpoint of container $CTR"
+
+	cri_do start "$CTR"
+	wait_healthy "$port"
+	wait_for "the wake helper's status" 30 cri exec "$CTR" cat /.rekindle/status
+	is "$(cri exec "$CTR" cat /.rekindle/status 2>/dev/null | jq -r .outcome)" "resumed" "helper outcome"
+	assert_resumed "$port"
+}
