@@ -43,9 +43,14 @@ func NormalizeName(name string) (string, error) {
 // rootfs-diff.tar and deleted.files, through containerd's differ.
 func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Container, dir string, extra []ExtraFile) error {
 	sn := c.SnapshotService(info.Snapshotter)
+	ref := "rekindle-rootfs-diff-" + randomID()
 	desc, err := rootfs.CreateDiff(ctx, info.SnapshotKey, sn, c.DiffService(),
-		diff.WithMediaType(ocispec.MediaTypeImageLayer), diff.WithReference("rekindle-rootfs-diff-"+randomID()))
+		diff.WithMediaType(ocispec.MediaTypeImageLayer), diff.WithReference(ref))
 	if err != nil {
+		// The differ may leave its partial ingest (a full disk): drop it.
+		if aerr := c.ContentStore().Abort(context.WithoutCancel(ctx), ref); aerr != nil && !errdefs.IsNotFound(aerr) {
+			err = fmt.Errorf("%w (and its partial content %s stays: %v)", err, ref, aerr)
+		}
 		return err
 	}
 	ra, err := c.ContentStore().ReaderAt(ctx, desc)
