@@ -272,6 +272,29 @@ no_container() {
 	run_nerdctl rm -f fpsrc
 }
 
+@test "--stop-at-dump ends the container with the dump; a failed packaging then says how to start it again" {
+	local port image=rekindle.local/ckpt:stop-at-dump ingest=$RK_DIR/root/io.containerd.content.v1.content/ingest
+	ocicp 2 create --stop-at-dump --leave-running nosuch "$image"
+	[[ $output == *"contradict each other"* ]] || die "--stop-at-dump with --leave-running not refused"
+
+	port=$(free_port)
+	start_engine sdsrc "$port"
+	ocicp create --stop-at-dump sdsrc "$image"
+	[[ $output != *"==> stop "* ]] || die "a stop phase ran after --stop-at-dump"
+	run_nerdctl inspect -f '{{.State.Status}}' sdsrc
+	is "${lines[-1]}" "exited" "the dump stopped the engine container"
+	run_nerdctl image inspect "$image"
+	run_nerdctl rm -f sdsrc
+
+	start_engine sdsrc2 "$port"
+	mount -t tmpfs -o size=4m tmpfs "$ingest"
+	ocicp 1 create --stop-at-dump sdsrc2 "$image-2"
+	umount "$ingest"
+	[[ $output == *"the container was stopped by the dump (--stop-at-dump): restart it with 'nerdctl start sdsrc2'"* ]] ||
+		die "the error does not say the dump stopped the container and how to start it"
+	run_nerdctl 1 image inspect "$image-2"
+}
+
 @test "bad input: unknown container, bad image name, generic without calls" {
 	ocicp 1 create nosuch rekindle.local/x:1
 	[[ $output == *'no container "nosuch"'* ]] || die "unknown container not named"

@@ -30,6 +30,7 @@ var createCmd = &cli.Command{
 		&cli.DurationFlag{Name: "wake-deadline", Value: 10 * time.Minute, Usage: "how long the helper retries the resume calls after a restore"},
 		&cli.StringFlag{Name: "wake-binary", Usage: "the static rekindle-wake to inject (default: beside oci-checkpoint)"},
 		&cli.BoolFlag{Name: "leave-running", Usage: "resume the engine after the dump instead of stopping the container"},
+		&cli.BoolFlag{Name: "stop-at-dump", Usage: "stop the container with the dump, not once the image is written: faster for an engine that keeps its weights on the GPU, but a failed packaging loses the engine"},
 		&cli.StringFlag{Name: "output", Usage: "oci-archive:PATH writes an OCI archive instead of storing the image"},
 		&cli.StringFlag{Name: "work-dir", Usage: "where the checkpoint is assembled (needs room for it; default $TMPDIR)"},
 		&cli.StringFlag{Name: "compression", Value: checkpoint.CompressionNone, Usage: "checkpoint layer compression: none (fastest to write and restore) or zstd (smaller to push and pull)"},
@@ -49,7 +50,10 @@ var createCmd = &cli.Command{
 			HealthTimeout: cc.Duration("health-timeout"), QuiesceTimeout: cc.Duration("quiesce-timeout"),
 			WakeDeadline: cc.Duration("wake-deadline"), WakeBinary: cc.String("wake-binary"),
 			LeaveRunning: cc.Bool("leave-running"), WorkDir: cc.String("work-dir"), Progress: os.Stderr,
-			Compression: cc.String("compression"), Version: version,
+			Compression: cc.String("compression"), Version: version, StopAtDump: cc.Bool("stop-at-dump"),
+		}
+		if o.StopAtDump && o.LeaveRunning {
+			return cli.Exit("--stop-at-dump and --leave-running contradict each other: give one", 2)
 		}
 		switch o.Compression {
 		case checkpoint.CompressionNone, checkpoint.CompressionZstd:

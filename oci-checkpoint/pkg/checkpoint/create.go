@@ -49,6 +49,11 @@ type Options struct {
 	WakeDeadline   time.Duration
 	WakeBinary     string // the static rekindle-wake to inject
 	LeaveRunning   bool
+	// StopAtDump ends the container with the dump, as runc's checkpoint
+	// does by default, instead of once the image is written: an engine
+	// that keeps its weights on the GPU then skips putting them back after
+	// the dump, but a failed packaging loses it.
+	StopAtDump bool
 	// OCIArchive, when set, receives the image as an OCI archive instead
 	// of the image store.
 	OCIArchive string
@@ -220,7 +225,7 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 		var count progress.Counter
 		stopWatch := watchDir(criuDir, &count)
 		stop := progress.Start(o.Progress, o.ProgressMode, "dump", dumpEstimate(pid), &count)
-		_, err := task.Checkpoint(ctx, client.WithCheckpointImagePath(criuDir), withOptions(archiveDir, false))
+		_, err := task.Checkpoint(ctx, client.WithCheckpointImagePath(criuDir), withOptions(archiveDir, o.StopAtDump))
 		stop()
 		stopWatch()
 		if err != nil {
@@ -280,6 +285,10 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 		return nil
 	})
 	if err != nil {
+		if o.StopAtDump {
+			quiesced = false // nothing left to resume
+			return nil, fmt.Errorf("%w; the container was stopped by the dump (--stop-at-dump): restart it with 'nerdctl start %s'", err, o.Container)
+		}
 		return nil, err
 	}
 	quiesced = false // from here the image exists; resume below is not an undo
@@ -287,6 +296,8 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 		if err := t.Run("resume", func() error { return resume(ctx, root, eng, o, true, task) }); err != nil {
 			return res, fmt.Errorf("the image %s was written but the engine did not resume: %w", name, err)
 		}
+	} else if o.StopAtDump {
+		// The dump ended the container.
 	} else if err := t.Run("stop", func() error { return stopTask(ctx, task) }); err != nil {
 		return res, fmt.Errorf("the image %s was written but stopping the container failed: %w", name, err)
 	}
