@@ -8,6 +8,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/checkpoint"
 	"rekindle.local/oci-checkpoint/pkg/hostinfo"
 )
@@ -46,7 +47,7 @@ func inspect(cc *cli.Context) (*report, error) {
 	}
 	ann := m.Annotations
 	r := &report{Image: name, Local: local, Annotations: ann, GPUs: []string{}, Problems: []string{}, Notes: []string{}}
-	r.Checkpoint = checkpoint.IsCheckpoint(ann)
+	r.Checkpoint = annotations.IsCheckpoint(ann)
 	if !r.Checkpoint {
 		return r, fmt.Errorf("%s is not a checkpoint image (no checkpoint annotation on its manifest)", name)
 	}
@@ -54,11 +55,11 @@ func inspect(cc *cli.Context) (*report, error) {
 		r.LayerSize += l.Size
 		r.LayerDigest = l.Digest.String()
 	}
-	r.Engine, r.BaseImage, r.Created = ann[hostinfo.AnnotEngine], ann[hostinfo.AnnotSourceImage], ann[hostinfo.AnnotCreated]
-	if u := ann[hostinfo.AnnotGPUUUIDs]; u != "" {
+	r.Engine, r.BaseImage, r.Created = ann[annotations.Engine], ann[annotations.SourceImage], ann[annotations.Created]
+	if u := ann[annotations.GPUUUIDs]; u != "" {
 		r.GPUs = strings.Split(u, ",")
 	}
-	r.Phases = checkpoint.Phases(ann, hostinfo.AnnotPhases)
+	r.Phases = checkpoint.Phases(ann, annotations.Phases)
 	problems, notes := hostinfo.Check(ann, hostinfo.Read())
 	for _, p := range problems {
 		r.Problems = append(r.Problems, p.String())
@@ -74,10 +75,10 @@ func printReport(r *report) {
 	fmt.Printf("Base image:  %s\n", r.BaseImage)
 	fmt.Printf("Created:     %s\n", r.Created)
 	fmt.Printf("Layer:       %s (%.1f MiB)\n", r.LayerDigest, float64(r.LayerSize)/(1<<20))
-	fmt.Printf("CPU:         %s (%s)\n", r.Annotations[hostinfo.AnnotCPUModel], r.Annotations[hostinfo.AnnotCPUFlags])
-	fmt.Printf("Kernel:      %s   CRIU: %s\n", r.Annotations[hostinfo.AnnotKernel], r.Annotations[hostinfo.AnnotCRIU])
+	fmt.Printf("CPU:         %s (%s)\n", r.Annotations[annotations.CPUModel], r.Annotations[annotations.CPUFlags])
+	fmt.Printf("Kernel:      %s   CRIU: %s\n", r.Annotations[annotations.Kernel], r.Annotations[annotations.CRIU])
 	if len(r.GPUs) > 0 {
-		fmt.Printf("GPUs:        %d x %s, driver %s, CUDA %s\n", len(r.GPUs), r.Annotations[hostinfo.AnnotGPUModel], r.Annotations[hostinfo.AnnotDriver], r.Annotations[hostinfo.AnnotCUDA])
+		fmt.Printf("GPUs:        %d x %s, driver %s, CUDA %s\n", len(r.GPUs), r.Annotations[annotations.GPUModel], r.Annotations[annotations.Driver], r.Annotations[annotations.CUDA])
 		for _, g := range r.GPUs {
 			fmt.Printf("             %s\n", g)
 		}

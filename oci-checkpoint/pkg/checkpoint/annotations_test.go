@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"testing"
 
+	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/hostinfo"
 )
 
@@ -68,7 +69,7 @@ func TestStandardAnnotations(t *testing.T) {
 				t.Errorf("annotations:\n got  %v\n want %v", got, tc.want)
 			}
 			// Every key is one restorers recognise as a checkpoint image's.
-			if !IsCheckpoint(got) {
+			if !annotations.IsCheckpoint(got) {
 				t.Errorf("IsCheckpoint(%v) = false", got)
 			}
 		})

@@ -24,6 +24,7 @@ import (
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/errdefs"
 
+	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/engine"
 	"rekindle.local/oci-checkpoint/pkg/hostinfo"
 	"rekindle.local/oci-checkpoint/pkg/inroot"
@@ -268,14 +269,14 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 		for k, v := range std {
 			ann[k] = v
 		}
-		ann[hostinfo.AnnotFormat] = hostinfo.FormatVersion
-		ann[hostinfo.AnnotEngine] = o.Engine.Name
-		ann[hostinfo.AnnotEnginePort] = strconv.Itoa(o.Engine.Port)
-		ann[hostinfo.AnnotCreated] = checkpointedAt.Format(time.RFC3339)
-		ann[hostinfo.AnnotSourceImage] = info.Image
+		ann[annotations.Format] = annotations.FormatVersion
+		ann[annotations.Engine] = o.Engine.Name
+		ann[annotations.EnginePort] = strconv.Itoa(o.Engine.Port)
+		ann[annotations.Created] = checkpointedAt.Format(time.RFC3339)
+		ann[annotations.SourceImage] = info.Image
 		phases, _ := json.Marshal(t.Map())
-		ann[hostinfo.AnnotPhases] = string(phases)
-		ann[legacyCheckpointAnnotation] = containerName(ctr.ID(), info.Labels)
+		ann[annotations.Phases] = string(phases)
+		ann[annotations.LegacyCheckpoint] = containerName(ctr.ID(), info.Labels)
 		res.Annotations = ann
 		desc, size, err := writeImage(ctx, c, name, base, archiveDir, ann, o)
 		if err != nil {
@@ -303,18 +304,6 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 	}
 	res.Phases, res.Seconds = t.Phases, t.Map()
 	return res, nil
-}
-
-// legacyCheckpointAnnotation is what CRI-O wrote before checkpointctl's
-// lib named the annotations; older restorers look only for it.
-const legacyCheckpointAnnotation = "io.kubernetes.cri-o.annotations.checkpoint.name"
-
-// IsCheckpoint reports whether manifest annotations mark a checkpoint
-// image, by either name restorers look for.
-func IsCheckpoint(ann map[string]string) bool {
-	_, named := ann[crmetadata.CheckpointAnnotationName]
-	_, legacy := ann[legacyCheckpointAnnotation]
-	return named || legacy
 }
 
 func containerName(id string, labels map[string]string) string {

@@ -21,6 +21,7 @@ import (
 	"github.com/distribution/reference"
 	"github.com/opencontainers/go-digest"
 
+	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/progress"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -225,7 +226,7 @@ func writeImage(ctx context.Context, c *client.Client, name string, baseImg clie
 	if o.OCIArchive != "" {
 		return mdesc, size, exportArchive(ctx, c, mdesc, name, o, size)
 	}
-	img := images.Image{Name: name, Target: mdesc, Labels: map[string]string{"org.rekindle.checkpoint": "true"}}
+	img := images.Image{Name: name, Target: mdesc, Labels: map[string]string{annotations.ImageLabel: "true"}}
 	is := c.ImageService()
 	if _, err := is.Create(ctx, img); errdefs.IsAlreadyExists(err) {
 		_, err = is.Update(ctx, img)

@@ -16,7 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
 
-	"rekindle.local/oci-checkpoint/pkg/hostinfo"
+	"rekindle.local/oci-checkpoint/pkg/annotations"
 )
 
 // Entry is one checkpoint image of the image store, described from its
@@ -69,23 +69,23 @@ func entry(ctx context.Context, c *client.Client, img images.Image) (Entry, bool
 		return Entry{}, false, fmt.Errorf("image %s: %w", img.Name, err)
 	}
 	a := m.Annotations
-	if !IsCheckpoint(a) {
+	if !annotations.IsCheckpoint(a) {
 		return Entry{}, false, nil
 	}
 	e := Entry{
 		Name: img.Name, Digest: img.Target.Digest.String(), Size: img.Target.Size + m.Config.Size,
-		Engine: a[hostinfo.AnnotEngine], BaseImage: a[hostinfo.AnnotSourceImage],
-		GPUModel: a[hostinfo.AnnotGPUModel], Driver: a[hostinfo.AnnotDriver], CUDA: a[hostinfo.AnnotCUDA],
-		CPUVendor: a[hostinfo.AnnotCPUVendor], CPUModel: a[hostinfo.AnnotCPUModel],
-		Kernel: a[hostinfo.AnnotKernel], CRIU: a[hostinfo.AnnotCRIU],
+		Engine: a[annotations.Engine], BaseImage: a[annotations.SourceImage],
+		GPUModel: a[annotations.GPUModel], Driver: a[annotations.Driver], CUDA: a[annotations.CUDA],
+		CPUVendor: a[annotations.CPUVendor], CPUModel: a[annotations.CPUModel],
+		Kernel: a[annotations.Kernel], CRIU: a[annotations.CRIU],
 	}
 	for _, l := range m.Layers {
 		e.Size += l.Size
 	}
-	e.GPUCount, _ = strconv.Atoi(a[hostinfo.AnnotGPUCount])
+	e.GPUCount, _ = strconv.Atoi(a[annotations.GPUCount])
 	// The checkpoint time, else when the image was stored (a checkpoint
 	// image another tool made).
-	if t, err := time.Parse(time.RFC3339, a[hostinfo.AnnotCreated]); err == nil {
+	if t, err := time.Parse(time.RFC3339, a[annotations.Created]); err == nil {
 		e.Created = t
 	} else {
 		e.Created = img.CreatedAt.UTC()

@@ -4,54 +4,30 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-)
 
-// Annotation keys Rekindle adds to a checkpoint image's manifest. Other
-// runtimes ignore them; oci-checkpoint check reads them to refuse a host
-// before any layer is pulled.
-const (
-	Prefix           = "org.rekindle."
-	AnnotFormat      = Prefix + "format"
-	AnnotEngine      = Prefix + "engine"
-	AnnotEnginePort  = Prefix + "engine.port"
-	AnnotCreated     = Prefix + "checkpoint.created"
-	AnnotPhases      = Prefix + "checkpoint.phases"
-	AnnotSourceImage = Prefix + "checkpoint.base-image"
-	AnnotCPUVendor   = Prefix + "cpu.vendor"
-	AnnotCPUModel    = Prefix + "cpu.model"
-	AnnotCPUFlags    = Prefix + "cpu.flags"
-	AnnotKernel      = Prefix + "kernel"
-	AnnotCRIU        = Prefix + "criu.version"
-	AnnotDriver      = Prefix + "nvidia.driver"
-	AnnotCUDA        = Prefix + "cuda.version"
-	AnnotGPUCount    = Prefix + "gpu.count"
-	AnnotGPUModel    = Prefix + "gpu.model"
-	AnnotGPUUUIDs    = Prefix + "gpu.uuids"
-
-	// FormatVersion changes when the image layout changes incompatibly.
-	FormatVersion = "1"
+	"rekindle.local/oci-checkpoint/pkg/annotations"
 )
 
 // Annotations returns h as annotations; gpus are the GPUs the
 // checkpointed container saw (not all of the host's).
 func (h Host) Annotations(gpus []GPU) map[string]string {
 	a := map[string]string{
-		AnnotCPUVendor: h.CPUVendor,
-		AnnotCPUModel:  h.CPUModel,
-		AnnotCPUFlags:  strings.Join(h.CPUFlags, ","),
-		AnnotKernel:    h.Kernel,
-		AnnotCRIU:      h.CRIU,
-		AnnotGPUCount:  strconv.Itoa(len(gpus)),
+		annotations.CPUVendor: h.CPUVendor,
+		annotations.CPUModel:  h.CPUModel,
+		annotations.CPUFlags:  strings.Join(h.CPUFlags, ","),
+		annotations.Kernel:    h.Kernel,
+		annotations.CRIU:      h.CRIU,
+		annotations.GPUCount:  strconv.Itoa(len(gpus)),
 	}
 	if len(gpus) > 0 {
-		a[AnnotDriver] = h.Driver
-		a[AnnotCUDA] = h.CUDA
-		a[AnnotGPUModel] = gpus[0].Model
+		a[annotations.Driver] = h.Driver
+		a[annotations.CUDA] = h.CUDA
+		a[annotations.GPUModel] = gpus[0].Model
 		var ids []string
 		for _, g := range gpus {
 			ids = append(ids, g.UUID)
 		}
-		a[AnnotGPUUUIDs] = strings.Join(ids, ",")
+		a[annotations.GPUUUIDs] = strings.Join(ids, ",")
 	}
 	for k, v := range a {
 		if v == "" {
@@ -73,13 +49,13 @@ func (p Problem) String() string { return p.What + ": " + p.Msg }
 // this host. It returns the problems (a restore would fail) and notes
 // (worth saying, not fatal).
 func Check(a map[string]string, here Host) (problems []Problem, notes []string) {
-	if f := a[AnnotFormat]; f != "" && f != FormatVersion {
-		problems = append(problems, Problem{"format", fmt.Sprintf("the image has Rekindle format %s, this oci-checkpoint reads %s: upgrade it", f, FormatVersion)})
+	if f := a[annotations.Format]; f != "" && f != annotations.FormatVersion {
+		problems = append(problems, Problem{"format", fmt.Sprintf("the image has Rekindle format %s, this oci-checkpoint reads %s: upgrade it", f, annotations.FormatVersion)})
 	}
-	if v := a[AnnotCPUVendor]; v != "" && here.CPUVendor != "" && v != here.CPUVendor {
-		problems = append(problems, Problem{"cpu", fmt.Sprintf("checkpointed on a %s CPU (%s), this host has %s (%s): restore on a host with a %s CPU", v, a[AnnotCPUModel], here.CPUVendor, here.CPUModel, v)})
+	if v := a[annotations.CPUVendor]; v != "" && here.CPUVendor != "" && v != here.CPUVendor {
+		problems = append(problems, Problem{"cpu", fmt.Sprintf("checkpointed on a %s CPU (%s), this host has %s (%s): restore on a host with a %s CPU", v, a[annotations.CPUModel], here.CPUVendor, here.CPUModel, v)})
 	}
-	if fl := a[AnnotCPUFlags]; fl != "" {
+	if fl := a[annotations.CPUFlags]; fl != "" {
 		have := map[string]bool{}
 		for _, f := range here.CPUFlags {
 			have[f] = true
@@ -91,10 +67,10 @@ func Check(a map[string]string, here Host) (problems []Problem, notes []string) 
 			}
 		}
 		if len(missing) > 0 {
-			problems = append(problems, Problem{"cpu", fmt.Sprintf("this host's CPU (%s) lacks %s, which the CPU it was checkpointed on (%s) has and the restored process may use: restore on a host whose CPU has them, or checkpoint on the oldest CPU of the fleet", here.CPUModel, strings.Join(missing, ", "), a[AnnotCPUModel])})
+			problems = append(problems, Problem{"cpu", fmt.Sprintf("this host's CPU (%s) lacks %s, which the CPU it was checkpointed on (%s) has and the restored process may use: restore on a host whose CPU has them, or checkpoint on the oldest CPU of the fleet", here.CPUModel, strings.Join(missing, ", "), a[annotations.CPUModel])})
 		}
 	}
-	if v := a[AnnotCRIU]; v != "" {
+	if v := a[annotations.CRIU]; v != "" {
 		switch {
 		case here.CRIU == "":
 			problems = append(problems, Problem{"criu", "criu is not on PATH: install the Rekindle stack (make install)"})
@@ -102,25 +78,25 @@ func Check(a map[string]string, here Host) (problems []Problem, notes []string) 
 			problems = append(problems, Problem{"criu", fmt.Sprintf("CRIU %s here is older than %s, which made the checkpoint: upgrade CRIU", here.CRIU, v)})
 		}
 	}
-	n, _ := strconv.Atoi(a[AnnotGPUCount])
+	n, _ := strconv.Atoi(a[annotations.GPUCount])
 	if n > 0 {
 		switch {
 		case len(here.GPUs) == 0:
-			problems = append(problems, Problem{"gpu", fmt.Sprintf("the checkpoint holds CUDA state for %d GPU(s) (%s) and this host has no NVIDIA GPU", n, a[AnnotGPUModel])})
+			problems = append(problems, Problem{"gpu", fmt.Sprintf("the checkpoint holds CUDA state for %d GPU(s) (%s) and this host has no NVIDIA GPU", n, a[annotations.GPUModel])})
 		case len(here.GPUs) < n:
 			problems = append(problems, Problem{"gpu", fmt.Sprintf("the checkpoint needs %d GPUs, this host has %d", n, len(here.GPUs))})
 		}
-		if m := a[AnnotGPUModel]; m != "" && len(here.GPUs) > 0 && here.GPUs[0].Model != m {
+		if m := a[annotations.GPUModel]; m != "" && len(here.GPUs) > 0 && here.GPUs[0].Model != m {
 			problems = append(problems, Problem{"gpu", fmt.Sprintf("checkpointed on %s, this host has %s: CUDA state restores only onto the same GPU model", m, here.GPUs[0].Model)})
 		}
-		if d := a[AnnotDriver]; d != "" && here.Driver != "" && VersionLess(here.Driver, d) {
+		if d := a[annotations.Driver]; d != "" && here.Driver != "" && VersionLess(here.Driver, d) {
 			problems = append(problems, Problem{"driver", fmt.Sprintf("NVIDIA driver %s here is older than %s, which made the checkpoint: upgrade the driver", here.Driver, d)})
 		}
-		if d := a[AnnotDriver]; d != "" && here.Driver != "" && d != here.Driver && !VersionLess(here.Driver, d) {
+		if d := a[annotations.Driver]; d != "" && here.Driver != "" && d != here.Driver && !VersionLess(here.Driver, d) {
 			notes = append(notes, fmt.Sprintf("NVIDIA driver %s here, %s at checkpoint", here.Driver, d))
 		}
 	}
-	if k := a[AnnotKernel]; k != "" && k != here.Kernel {
+	if k := a[annotations.Kernel]; k != "" && k != here.Kernel {
 		notes = append(notes, fmt.Sprintf("kernel %s here, %s at checkpoint", here.Kernel, k))
 	}
 	return problems, notes

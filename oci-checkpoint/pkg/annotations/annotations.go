@@ -1,0 +1,47 @@
+// Package annotations names the manifest annotations of a Rekindle
+// checkpoint image: Rekindle's own org.rekindle.* keys, which other
+// runtimes ignore and `oci-checkpoint check` reads to refuse a host before
+// any layer is pulled, and the keys restorers look for to tell a
+// checkpoint image from any other.
+package annotations
+
+import crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
+
+const (
+	Prefix      = "org.rekindle."
+	Format      = Prefix + "format"
+	Engine      = Prefix + "engine"
+	EnginePort  = Prefix + "engine.port"
+	Created     = Prefix + "checkpoint.created"
+	Phases      = Prefix + "checkpoint.phases"
+	SourceImage = Prefix + "checkpoint.base-image"
+	CPUVendor   = Prefix + "cpu.vendor"
+	CPUModel    = Prefix + "cpu.model"
+	CPUFlags    = Prefix + "cpu.flags"
+	Kernel      = Prefix + "kernel"
+	CRIU        = Prefix + "criu.version"
+	Driver      = Prefix + "nvidia.driver"
+	CUDA        = Prefix + "cuda.version"
+	GPUCount    = Prefix + "gpu.count"
+	GPUModel    = Prefix + "gpu.model"
+	GPUUUIDs    = Prefix + "gpu.uuids"
+
+	// FormatVersion changes when the image layout changes incompatibly.
+	FormatVersion = "1"
+
+	// ImageLabel marks a checkpoint image in containerd's image store (a
+	// label on the image, not a manifest annotation).
+	ImageLabel = Prefix + "checkpoint"
+
+	// LegacyCheckpoint is what CRI-O wrote before checkpointctl's lib
+	// named the annotations; older restorers look only for it.
+	LegacyCheckpoint = "io.kubernetes.cri-o.annotations.checkpoint.name"
+)
+
+// IsCheckpoint reports whether manifest annotations mark a checkpoint
+// image, by either name restorers look for.
+func IsCheckpoint(ann map[string]string) bool {
+	_, named := ann[crmetadata.CheckpointAnnotationName]
+	_, legacy := ann[LegacyCheckpoint]
+	return named || legacy
+}
