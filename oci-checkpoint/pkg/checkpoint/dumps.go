@@ -1,0 +1,143 @@
+package checkpoint
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
+	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/diff"
+	"github.com/containerd/containerd/v2/pkg/rootfs"
+	"github.com/containerd/errdefs"
+	"github.com/distribution/reference"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+)
+
+// The files of the checkpoint archive besides CRIU's images, in the
+// layout CRI-O and checkpointctl use.
+
+// writeRootfsDiff writes the container's changes to its image as
+// rootfs-diff.tar and deleted.files, through containerd's differ.
+func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Container, dir string, extra []ExtraFile) error {
+	sn := c.SnapshotService(info.Snapshotter)
+	ref := "rekindle-rootfs-diff-" + randomID()
+	desc, err := rootfs.CreateDiff(ctx, info.SnapshotKey, sn, c.DiffService(),
+		diff.WithMediaType(ocispec.MediaTypeImageLayer), diff.WithReference(ref))
+	if err != nil {
+		// The differ may leave its partial ingest (a full disk): drop it.
+		if aerr := c.ContentStore().Abort(context.WithoutCancel(ctx), ref); aerr != nil && !errdefs.IsNotFound(aerr) {
+			err = fmt.Errorf("%w (and its partial content %s stays: %v)", err, ref, aerr)
+		}
+		return err
+	}
+	ra, err := c.ContentStore().ReaderAt(ctx, desc)
+	if err != nil {
+		return err
+	}
+	defer ra.Close()
+	f, err := os.Create(filepath.Join(dir, crmetadata.RootFsDiffTar))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	deleted, err := ConvertDiff(content.NewReader(ra), f, extra)
+	if err != nil {
+		return err
+	}
+	if len(deleted) > 0 {
+		if _, err := crmetadata.WriteJSONFile(deleted, dir, crmetadata.DeletedFilesFile); err != nil {
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// writeDumps writes spec.dump, config.dump and status.dump. The standard
+// checkpoint annotations go into spec.dump's annotations too: checkpointctl
+// reads the archive, never the manifest, and shows them from there.
+func writeDumps(ctr client.Container, info containers.Container, base client.Image, dir string, at time.Time, std map[string]string) error {
+	if info.Spec == nil {
+		return fmt.Errorf("container %s has no spec", ctr.ID())
+	}
+	specJSON, err := annotateSpec(info.Spec.GetValue(), std)
+	if err != nil {
+		return fmt.Errorf("container %s's spec: %w", ctr.ID(), err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, crmetadata.SpecDumpFile), specJSON, 0o600); err != nil {
+		return err
+	}
+	ref, err := pinnedRef(base)
+	if err != nil {
+		return err
+	}
+	_, err = crmetadata.WriteJSONFile(&crmetadata.ContainerConfig{
+		ID:              ctr.ID(),
+		Name:            containerName(ctr.ID(), info.Labels),
+		RootfsImage:     info.Image,
+		RootfsImageName: info.Image,
+		RootfsImageRef:  ref,
+		OCIRuntime:      info.Runtime.Name,
+		CreatedTime:     info.CreatedAt,
+		CheckpointedAt:  at,
+	}, dir, crmetadata.ConfigDumpFile)
+	if err != nil {
+		return err
+	}
+	// status.dump is CRI's ContainerStatus of the container; containerd's
+	// CRI restore reads the container's name and image from it. Only those
+	// are written: the rest describes a pod this container may not be in.
+	status := map[string]any{
+		"metadata": map[string]any{"name": containerName(ctr.ID(), info.Labels)},
+		"image":    map[string]any{"image": info.Image},
+	}
+	_, err = crmetadata.WriteJSONFile(status, dir, crmetadata.StatusDumpFile)
+	return err
+}
+
+// annotateSpec adds ann to an OCI runtime spec's annotations, keeping every
+// other field as it was (the spec is not decoded into a struct that could
+// drop fields this build does not know).
+func annotateSpec(spec []byte, ann map[string]string) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(spec, &doc); err != nil {
+		return nil, err
+	}
+	have := map[string]string{}
+	if raw, ok := doc["annotations"]; ok {
+		if err := json.Unmarshal(raw, &have); err != nil {
+			return nil, fmt.Errorf("annotations: %w", err)
+		}
+	}
+	if have == nil {
+		have = map[string]string{}
+	}
+	for k, v := range ann {
+		have[k] = v
+	}
+	raw, err := json.Marshal(have)
+	if err != nil {
+		return nil, err
+	}
+	doc["annotations"] = raw
+	return json.Marshal(doc)
+}
+
+// pinnedRef is the base image as NAME@DIGEST, so a restorer can find it
+// by content whatever it is called there.
+func pinnedRef(base client.Image) (string, error) {
+	n, err := reference.ParseNormalizedNamed(base.Name())
+	if err != nil {
+		return "", err
+	}
+	d, err := reference.WithDigest(reference.TrimNamed(n), base.Target().Digest)
+	if err != nil {
+		return "", err
+	}
+	return d.String(), nil
+}
