@@ -11,6 +11,7 @@ import (
 
 	"rekindle.local/oci-checkpoint/pkg/checkpoint"
 	"rekindle.local/oci-checkpoint/pkg/engine"
+	"rekindle.local/oci-checkpoint/pkg/phase"
 	"rekindle.local/oci-checkpoint/pkg/progress"
 )
 
@@ -86,17 +87,13 @@ var createCmd = &cli.Command{
 		if err != nil {
 			return err
 		}
-		var parts []string
-		for _, ph := range res.Phases {
-			parts = append(parts, fmt.Sprintf("%s %.2fs", ph.Name, ph.Seconds))
-		}
 		where := res.Image
 		if res.OCIArchive != "" {
 			where = res.OCIArchive
 		}
 		if !quiet {
 			fmt.Fprintf(os.Stderr, "==> checkpoint: %s\n==> wrote %s (%s, %.1f MiB) in %.2fs\n",
-				strings.Join(parts, "  "), where, res.Digest, float64(res.Size)/(1<<20), time.Since(start).Seconds())
+				phase.Summary(res.Phases), where, res.Digest, float64(res.Size)/(1<<20), time.Since(start).Seconds())
 		}
 		if cc.Bool("json") {
 			return printJSON(res)

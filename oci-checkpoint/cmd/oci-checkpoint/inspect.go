@@ -3,35 +3,16 @@ package main
 import (
 	"errors"
 	"fmt"
-	"sort"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/checkpoint"
-	"rekindle.local/oci-checkpoint/pkg/hostinfo"
+	"rekindle.local/oci-checkpoint/pkg/phase"
 )
 
-// report is what inspect and check print.
-type report struct {
-	Image       string             `json:"image"`
-	Local       bool               `json:"local"`
-	Checkpoint  bool               `json:"checkpoint"`
-	LayerSize   int64              `json:"layer_size"`
-	LayerDigest string             `json:"layer_digest"`
-	Engine      string             `json:"engine,omitempty"`
-	BaseImage   string             `json:"base_image,omitempty"`
-	Created     string             `json:"created,omitempty"`
-	GPUs        []string           `json:"gpus"`
-	Phases      map[string]float64 `json:"phases,omitempty"`
-	Annotations map[string]string  `json:"annotations"`
-	Restorable  bool               `json:"restorable_here"`
-	Problems    []string           `json:"problems"`
-	Notes       []string           `json:"notes"`
-}
-
-func inspect(cc *cli.Context) (*report, error) {
+func inspect(cc *cli.Context) (*checkpoint.Report, error) {
 	if cc.NArg() != 1 {
 		return nil, cli.Exit("usage: oci-checkpoint "+cc.Command.Name+" IMAGE", 2)
 	}
@@ -41,35 +22,10 @@ func inspect(cc *cli.Context) (*report, error) {
 	}
 	defer cancel()
 	defer c.Close()
-	name, m, local, err := checkpoint.Manifest(ctx, c, cc.Args().First())
-	if err != nil {
-		return nil, err
-	}
-	ann := m.Annotations
-	r := &report{Image: name, Local: local, Annotations: ann, GPUs: []string{}, Problems: []string{}, Notes: []string{}}
-	r.Checkpoint = annotations.IsCheckpoint(ann)
-	if !r.Checkpoint {
-		return r, fmt.Errorf("%s is not a checkpoint image (no checkpoint annotation on its manifest)", name)
-	}
-	for _, l := range m.Layers {
-		r.LayerSize += l.Size
-		r.LayerDigest = l.Digest.String()
-	}
-	r.Engine, r.BaseImage, r.Created = ann[annotations.Engine], ann[annotations.SourceImage], ann[annotations.Created]
-	if u := ann[annotations.GPUUUIDs]; u != "" {
-		r.GPUs = strings.Split(u, ",")
-	}
-	r.Phases = checkpoint.Phases(ann, annotations.Phases)
-	problems, notes := hostinfo.Check(ann, hostinfo.Read())
-	for _, p := range problems {
-		r.Problems = append(r.Problems, p.String())
-	}
-	r.Notes = append(r.Notes, notes...)
-	r.Restorable = len(problems) == 0
-	return r, nil
+	return checkpoint.Inspect(ctx, c, cc.Args().First())
 }
 
-func printReport(r *report) {
+func printReport(r *checkpoint.Report) {
 	fmt.Printf("Image:       %s (%s)\n", r.Image, map[bool]string{true: "local", false: "registry, manifest only"}[r.Local])
 	fmt.Printf("Engine:      %s\n", r.Engine)
 	fmt.Printf("Base image:  %s\n", r.BaseImage)
@@ -86,16 +42,7 @@ func printReport(r *report) {
 		fmt.Printf("GPUs:        none\n")
 	}
 	if len(r.Phases) > 0 {
-		var names []string
-		for n := range r.Phases {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		var parts []string
-		for _, n := range names {
-			parts = append(parts, fmt.Sprintf("%s %.2fs", n, r.Phases[n]))
-		}
-		fmt.Printf("Checkpoint:  %s\n", strings.Join(parts, "  "))
+		fmt.Printf("Checkpoint:  %s\n", phase.Summary(phase.Sorted(r.Phases)))
 	}
 	if r.Restorable {
 		fmt.Printf("This host:   can restore it\n")

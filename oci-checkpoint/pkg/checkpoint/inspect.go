@@ -4,82 +4,60 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
+	"strings"
 
 	"github.com/containerd/containerd/v2/client"
-	"github.com/containerd/containerd/v2/core/content"
-	"github.com/containerd/containerd/v2/core/images"
-	"github.com/containerd/containerd/v2/core/remotes"
-	"github.com/containerd/containerd/v2/core/remotes/docker"
-	"github.com/containerd/errdefs"
-	"github.com/containerd/platforms"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"rekindle.local/oci-checkpoint/pkg/annotations"
+	"rekindle.local/oci-checkpoint/pkg/hostinfo"
 )
 
-// Manifest finds a checkpoint image's manifest: in the local image store,
-// else from its registry (the manifest only, no layer is pulled). Registries
-// on loopback are spoken to over plain HTTP.
-func Manifest(ctx context.Context, c *client.Client, ref string) (name string, m ocispec.Manifest, local bool, err error) {
-	name, err = NormalizeName(ref)
-	if err != nil {
-		return "", m, false, err
-	}
-	img, err := c.ImageService().Get(ctx, name)
-	switch {
-	case err == nil:
-		m, err = images.Manifest(ctx, c.ContentStore(), img.Target, platforms.Default())
-		return name, m, true, err
-	case !errdefs.IsNotFound(err):
-		return name, m, false, err
-	}
-	resolver := docker.NewResolver(docker.ResolverOptions{
-		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchLocalhost)),
-	})
-	_, desc, err := resolver.Resolve(ctx, name)
-	if err != nil {
-		return name, m, false, fmt.Errorf("image %s is not in the local store, and its registry did not give its manifest: %w", name, err)
-	}
-	f, err := resolver.Fetcher(ctx, name)
-	if err != nil {
-		return name, m, false, err
-	}
-	m, err = images.Manifest(ctx, fetchProvider{f}, desc, platforms.Default())
-	return name, m, false, err
+// Report is what `oci-checkpoint inspect` and `check` print.
+type Report struct {
+	Image       string             `json:"image"`
+	Local       bool               `json:"local"`
+	Checkpoint  bool               `json:"checkpoint"`
+	LayerSize   int64              `json:"layer_size"`
+	LayerDigest string             `json:"layer_digest"`
+	Engine      string             `json:"engine,omitempty"`
+	BaseImage   string             `json:"base_image,omitempty"`
+	Created     string             `json:"created,omitempty"`
+	GPUs        []string           `json:"gpus"`
+	Phases      map[string]float64 `json:"phases,omitempty"`
+	Annotations map[string]string  `json:"annotations"`
+	Restorable  bool               `json:"restorable_here"`
+	Problems    []string           `json:"problems"`
+	Notes       []string           `json:"notes"`
 }
 
-type fetchProvider struct{ f remotes.Fetcher }
-
-func (p fetchProvider) ReaderAt(ctx context.Context, desc ocispec.Descriptor) (content.ReaderAt, error) {
-	rc, err := p.f.Fetch(ctx, desc)
+// Inspect reads a checkpoint image's manifest (local, else from its
+// registry) and checks it against this host. An image that is no
+// checkpoint gives an error.
+func Inspect(ctx context.Context, c *client.Client, ref string) (*Report, error) {
+	name, m, local, err := Manifest(ctx, c, ref)
 	if err != nil {
 		return nil, err
 	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, 4<<20))
-	if err != nil {
-		return nil, err
+	ann := m.Annotations
+	r := &Report{Image: name, Local: local, Annotations: ann, GPUs: []string{}, Problems: []string{}, Notes: []string{}}
+	r.Checkpoint = annotations.IsCheckpoint(ann)
+	if !r.Checkpoint {
+		return r, fmt.Errorf("%s is not a checkpoint image (no checkpoint annotation on its manifest)", name)
 	}
-	return bytesReaderAt(b), nil
-}
-
-type bytesReaderAt []byte
-
-func (b bytesReaderAt) ReadAt(p []byte, off int64) (int, error) {
-	if off >= int64(len(b)) {
-		return 0, io.EOF
+	for _, l := range m.Layers {
+		r.LayerSize += l.Size
+		r.LayerDigest = l.Digest.String()
 	}
-	n := copy(p, b[off:])
-	if n < len(p) {
-		return n, io.EOF
+	r.Engine, r.BaseImage, r.Created = ann[annotations.Engine], ann[annotations.SourceImage], ann[annotations.Created]
+	if u := ann[annotations.GPUUUIDs]; u != "" {
+		r.GPUs = strings.Split(u, ",")
 	}
-	return n, nil
-}
-func (b bytesReaderAt) Close() error { return nil }
-func (b bytesReaderAt) Size() int64  { return int64(len(b)) }
-
-// Phases decodes the phase-times annotation.
-func Phases(ann map[string]string, key string) map[string]float64 {
-	var m map[string]float64
-	json.Unmarshal([]byte(ann[key]), &m)
-	return m
+	json.Unmarshal([]byte(ann[annotations.Phases]), &r.Phases) // absent or bad: none shown
+	problems, notes := hostinfo.Check(ann, hostinfo.Read())
+	for _, p := range problems {
+		r.Problems = append(r.Problems, p.String())
+	}
+	r.Notes = append(r.Notes, notes...)
+	r.Restorable = len(problems) == 0
+	return r, nil
 }

@@ -5,6 +5,7 @@ package phase
 import (
 	"fmt"
 	"io"
+	"sort"
 	"strings"
 	"time"
 )
@@ -50,10 +51,21 @@ func (t *Timer) Map() map[string]float64 {
 }
 
 // Summary is one line: "health 0.01s  quiesce 0.05s ...".
-func (t *Timer) Summary() string {
+func Summary(ts []Timing) string {
 	var parts []string
-	for _, p := range t.Phases {
+	for _, p := range ts {
 		parts = append(parts, fmt.Sprintf("%s %.2fs", p.Name, p.Seconds))
 	}
 	return strings.Join(parts, "  ")
+}
+
+// Sorted turns name -> seconds (as Map gives, or an image's annotation
+// holds) back into timings, by name: the order of the phases is lost.
+func Sorted(m map[string]float64) []Timing {
+	ts := make([]Timing, 0, len(m))
+	for n, s := range m {
+		ts = append(ts, Timing{Name: n, Seconds: s})
+	}
+	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	return ts
 }
