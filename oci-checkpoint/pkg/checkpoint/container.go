@@ -3,6 +3,8 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net"
 	"net/http"
@@ -111,4 +113,17 @@ func execIn(ctx context.Context, task client.Task, spec *specs.Spec, id string, 
 	case <-time.After(timeout):
 		return out.String(), fmt.Errorf("%s did not finish within %s", strings.Join(args, " "), timeout)
 	}
+}
+
+func containerName(id string, labels map[string]string) string {
+	if n := labels[nerdctlNameLabel]; n != "" {
+		return n
+	}
+	return id
+}
+
+func randomID() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }
