@@ -39,22 +39,42 @@ func NormalizeName(name string) (string, error) {
 // writeImage packs dir into the checkpoint layer and writes the image: to
 // the image store as name, or as an OCI archive.
 func writeImage(ctx context.Context, c *client.Client, name string, baseImg client.Image, dir string, ann map[string]string, o Options) (ocispec.Descriptor, int64, error) {
-	cs := c.ContentStore()
 	layer, diffID, err := writeLayer(ctx, c, dir, o)
 	if err != nil {
 		return ocispec.Descriptor{}, 0, fmt.Errorf("checkpoint layer: %w", err)
 	}
+	cfg, err := writeConfig(ctx, c.ContentStore(), baseImg, diffID)
+	if err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	mdesc, err := writeManifest(ctx, c.ContentStore(), cfg, layer, ann)
+	if err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	size := layer.Size + cfg.Size + mdesc.Size
+
+	if o.OCIArchive != "" {
+		return mdesc, size, exportArchive(ctx, c, mdesc, name, o, size)
+	}
+	if err := storeImage(ctx, c, name, mdesc); err != nil {
+		return ocispec.Descriptor{}, 0, err
+	}
+	return mdesc, size, nil
+}
+
+// writeConfig writes the image config of the checkpoint layer diffID.
+func writeConfig(ctx context.Context, cs content.Store, baseImg client.Image, diffID digest.Digest) (ocispec.Descriptor, error) {
 	var baseCfg ocispec.Image
 	cfgDesc, err := baseImg.Config(ctx)
 	if err != nil {
-		return ocispec.Descriptor{}, 0, err
+		return ocispec.Descriptor{}, err
 	}
 	b, err := content.ReadBlob(ctx, cs, cfgDesc)
 	if err != nil {
-		return ocispec.Descriptor{}, 0, err
+		return ocispec.Descriptor{}, err
 	}
 	if err := json.Unmarshal(b, &baseCfg); err != nil {
-		return ocispec.Descriptor{}, 0, err
+		return ocispec.Descriptor{}, err
 	}
 	now := time.Now().UTC()
 	// The restored container runs the checkpointed process, not this
@@ -72,47 +92,46 @@ func writeImage(ctx context.Context, c *client.Client, name string, baseImg clie
 	}
 	cfgJSON, err := json.Marshal(cfg)
 	if err != nil {
-		return ocispec.Descriptor{}, 0, err
+		return ocispec.Descriptor{}, err
 	}
-	newCfg := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfgJSON), Size: int64(len(cfgJSON))}
-	if err := content.WriteBlob(ctx, cs, "rekindle-config-"+randomID(), bytes.NewReader(cfgJSON), newCfg); err != nil {
-		return ocispec.Descriptor{}, 0, err
-	}
+	desc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfgJSON), Size: int64(len(cfgJSON))}
+	return desc, content.WriteBlob(ctx, cs, "rekindle-config-"+randomID(), bytes.NewReader(cfgJSON), desc)
+}
+
+// writeManifest writes the manifest, with gc labels that keep its config
+// and layer as long as it is kept.
+func writeManifest(ctx context.Context, cs content.Store, cfg, layer ocispec.Descriptor, ann map[string]string) (ocispec.Descriptor, error) {
 	m := ocispec.Manifest{
 		Versioned:   specs.Versioned{SchemaVersion: 2},
 		MediaType:   ocispec.MediaTypeImageManifest,
-		Config:      newCfg,
+		Config:      cfg,
 		Layers:      []ocispec.Descriptor{layer},
 		Annotations: ann,
 	}
 	mJSON, err := json.Marshal(m)
 	if err != nil {
-		return ocispec.Descriptor{}, 0, err
+		return ocispec.Descriptor{}, err
 	}
-	mdesc := ocispec.Descriptor{MediaType: m.MediaType, Digest: digest.FromBytes(mJSON), Size: int64(len(mJSON))}
+	desc := ocispec.Descriptor{MediaType: m.MediaType, Digest: digest.FromBytes(mJSON), Size: int64(len(mJSON))}
 	labels := map[string]string{
-		"containerd.io/gc.ref.content.config": newCfg.Digest.String(),
+		"containerd.io/gc.ref.content.config": cfg.Digest.String(),
 		"containerd.io/gc.ref.content.l.0":    layer.Digest.String(),
 	}
-	if err := content.WriteBlob(ctx, cs, "rekindle-manifest-"+randomID(), bytes.NewReader(mJSON), mdesc, content.WithLabels(labels)); err != nil {
-		return ocispec.Descriptor{}, 0, err
-	}
-	size := layer.Size + newCfg.Size + mdesc.Size
+	return desc, content.WriteBlob(ctx, cs, "rekindle-manifest-"+randomID(), bytes.NewReader(mJSON), desc, content.WithLabels(labels))
+}
 
-	if o.OCIArchive != "" {
-		return mdesc, size, exportArchive(ctx, c, mdesc, name, o, size)
-	}
+// storeImage names the manifest in the image store, replacing an image
+// of that name.
+func storeImage(ctx context.Context, c *client.Client, name string, mdesc ocispec.Descriptor) error {
 	img := images.Image{Name: name, Target: mdesc, Labels: map[string]string{annotations.ImageLabel: "true"}}
 	is := c.ImageService()
 	if _, err := is.Create(ctx, img); errdefs.IsAlreadyExists(err) {
 		_, err = is.Update(ctx, img)
-		if err != nil {
-			return ocispec.Descriptor{}, 0, err
-		}
+		return err
 	} else if err != nil {
-		return ocispec.Descriptor{}, 0, err
+		return err
 	}
-	return mdesc, size, nil
+	return nil
 }
 
 // exportArchive writes the image as an OCI archive at o.OCIArchive, through
