@@ -17,8 +17,7 @@ load helpers
 OFFLINE_PROXY=http://127.0.0.1:9
 
 setup_file() {
-	grep -q "checkpoint cache hit" "$BIN/containerd" ||
-		skip "$BIN/containerd is not built with containerd-patches/ (run 'make build')"
+	need_built
 	stack_up_offline
 	load_image base
 	load_image cpu-engine

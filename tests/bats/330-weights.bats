@@ -10,8 +10,7 @@ QUOTA=400M
 
 setup_file() {
 	[ -x "$BIN/rekindle-weights" ] || skip "$BIN/rekindle-weights is not built (run 'make build')"
-	grep -q "checkpoint cache hit" "$BIN/containerd" ||
-		skip "$BIN/containerd is not built with containerd-patches/ (run 'make build')"
+	need_built
 	stack_up
 	load_image base
 	export CONTAINERD_ADDRESS=$RK_DIR/containerd.sock

@@ -6,9 +6,7 @@
 load helpers
 
 setup_file() {
-	grep -q "checkpoint cache hit" "$BIN/containerd" ||
-		skip "$BIN/containerd is not built with containerd-patches/ (run 'make build')"
-	[ -x "$BIN/oci-checkpoint" ] || skip "$BIN/oci-checkpoint is not built (run 'make build')"
+	need_built oci-checkpoint
 	stack_up
 	load_image base
 	load_image cpu-engine

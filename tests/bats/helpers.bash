@@ -16,6 +16,17 @@ PROMPT='{"text": "the quick brown fox", "max_new_tokens": 16}'
 
 # ---- the stack -------------------------------------------------------------
 
+# need_built PROGRAM...: skip the file unless build/bin has each program, and
+# a containerd built with containerd-patches/ (call from setup_file).
+need_built() {
+	grep -q "checkpoint cache hit" "$BIN/containerd" ||
+		skip "$BIN/containerd is not built with containerd-patches/ (run 'make build')"
+	local p
+	for p in "$@"; do
+		[ -x "$BIN/$p" ] || skip "$BIN/$p is not built (run 'make build')"
+	done
+}
+
 # stack_up: start a private containerd for this file (call from setup_file).
 stack_up() {
 	export RK_DIR=$BATS_FILE_TMPDIR/rk
