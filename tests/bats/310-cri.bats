@@ -15,9 +15,7 @@ load helpers
 OFFLINE_PROXY=http://127.0.0.1:9
 
 setup_file() {
-	grep -q "checkpoint cache hit" "$BIN/containerd" ||
-		skip "$BIN/containerd is not built with containerd-patches/ (run 'make build')"
-	[ -x "$BIN/crictl" ] || skip "$BIN/crictl is not built (run 'make build')"
+	need_built crictl
 	HTTPS_PROXY=$OFFLINE_PROXY HTTP_PROXY=$OFFLINE_PROXY NO_PROXY= stack_up
 	export CONTAINERD_ADDRESS=$RK_DIR/containerd.sock
 	export CRICTL_CONFIG=$BATS_FILE_TMPDIR/crictl.yaml
@@ -221,53 +219,56 @@ logged() {
 	logged "checkpoint cache hit: extracted checkpoint of checkpoint layer"
 }
 
-@test "crictl: an oci-checkpoint image of a CRI container restores, the helper resumes it" {
-	local port image=rekindle.local/ckpt:cri-oci
-	port=$(free_port)
-	run_engine_pod osrc "$ENGINE_IMAGE" "$port"
+# checkpoint_engine_pod NAME IMAGE PORT: run the engine in pod NAME, record
+# its answer, checkpoint it with oci-checkpoint into IMAGE as an archive and
+# import that, as a pulled image would be (CRI mounts the checkpoint image's
+# unpacked snapshot); the source pod goes.
+checkpoint_engine_pod() {
+	local name=$1 image=$2 port=$3
+	run_engine_pod "$name" "$ENGINE_IMAGE" "$port"
 	wait_healthy "$port"
 	record_engine "$port"
-
-	# As an archive, loaded like a pulled image: CRI mounts the checkpoint
-	# image's unpacked snapshot.
 	run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port "$port" \
 		--output "oci-archive:$BATS_TEST_TMPDIR/image.tar" "$CTR" "$image"
 	cri_do rmp --force "$POD"
 	k8s_ctr images import "$BATS_TEST_TMPDIR/image.tar" >/dev/null 2>&1 || die "cannot import $image"
 	rm -f "$BATS_TEST_TMPDIR/image.tar"
+}
 
+# create_from_image NAME IMAGE PORT: a new pod NAME and, in it, a container
+# created (not started) from IMAGE; sets POD and CTR.
+create_from_image() {
 	local pod ctr err=$BATS_TEST_TMPDIR/create.err
-	pod=$(pod_config odst)
-	ctr=$(engine_config "$image" "$port")
+	pod=$(pod_config "$1")
+	ctr=$(engine_config "$2" "$3")
 	cri_do runp "$pod"
 	POD=$output
-	CTR=$(cri create "$POD" "$ctr" "$pod" 2>"$err") || die "crictl create of $image failed: $(cat "$err")"
+	CTR=$(cri create "$POD" "$ctr" "$pod" 2>"$err") || die "crictl create of $2 failed: $(cat "$err")"
+}
+
+# start_resumed PORT: start CTR; the wake helper resumes the same engine.
+start_resumed() {
 	cri_do start "$CTR"
-	wait_healthy "$port"
+	wait_healthy "$1"
 	wait_for "the wake helper's status" 30 cri exec "$CTR" cat /.rekindle/status
 	is "$(cri exec "$CTR" cat /.rekindle/status 2>/dev/null | jq -r .outcome)" "resumed" "helper outcome"
-	assert_resumed "$port"
+	assert_resumed "$1"
+}
+
+@test "crictl: an oci-checkpoint image of a CRI container restores, the helper resumes it" {
+	local port image=rekindle.local/ckpt:cri-oci
+	port=$(free_port)
+	checkpoint_engine_pod osrc "$image" "$port"
+	create_from_image odst "$image" "$port"
+	start_resumed "$port"
 	logged "Restored container $CTR successfully"
 }
 
 @test "crictl: a created restore keeps its checkpoint when the image is removed and the cache pruned before start" {
 	local port image=rekindle.local/ckpt:cri-held
 	port=$(free_port)
-	run_engine_pod hsrc "$ENGINE_IMAGE" "$port"
-	wait_healthy "$port"
-	record_engine "$port"
-	run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port "$port" \
-		--output "oci-archive:$BATS_TEST_TMPDIR/image.tar" "$CTR" "$image"
-	cri_do rmp --force "$POD"
-	k8s_ctr images import "$BATS_TEST_TMPDIR/image.tar" >/dev/null 2>&1 || die "cannot import $image"
-	rm -f "$BATS_TEST_TMPDIR/image.tar"
-
-	local pod ctr err=$BATS_TEST_TMPDIR/create.err
-	pod=$(pod_config hdst)
-	ctr=$(engine_config "$image" "$port")
-	cri_do runp "$pod"
-	POD=$output
-	CTR=$(cri create "$POD" "$ctr" "$pod" 2>"$err") || die "crictl create of $image failed: $(cat "$err")"
+	checkpoint_engine_pod hsrc "$image" "$port"
+	create_from_image hdst "$image" "$port"
 
 	# Between create and start: the image goes (containerd's collector runs
 	# with --sync) and cache-gc prunes everything it may.
@@ -276,9 +277,5 @@ logged() {
 	run_cmd k8s_ctr snapshots ls
 	[[ $output == *"checkpoint-restore/$CTR/checkpoint"* ]] || die "no snapshot holds the checkpoint of container $CTR"
 
-	cri_do start "$CTR"
-	wait_healthy "$port"
-	wait_for "the wake helper's status" 30 cri exec "$CTR" cat /.rekindle/status
-	is "$(cri exec "$CTR" cat /.rekindle/status 2>/dev/null | jq -r .outcome)" "resumed" "helper outcome"
-	assert_resumed "$port"
+	start_resumed "$port"
 }
