@@ -10,6 +10,7 @@ import (
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/checkpoint"
 	"rekindle.local/oci-checkpoint/pkg/phase"
+	"rekindle.local/oci-checkpoint/pkg/registry"
 )
 
 func inspect(cc *cli.Context) (*checkpoint.Report, error) {
@@ -22,8 +23,29 @@ func inspect(cc *cli.Context) (*checkpoint.Report, error) {
 	}
 	defer cancel()
 	defer c.Close()
-	return checkpoint.Inspect(ctx, c, cc.Args().First())
+	return checkpoint.Inspect(ctx, c, cc.Args().First(), registry.Options{HostsDirs: cc.StringSlice("hosts-dir")})
 }
+
+// registryFlags are the flags of the commands that may read a manifest from
+// a registry; they mean what nerdctl's do.
+func registryFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringSliceFlag{
+			Name:  "hosts-dir",
+			Value: cli.NewStringSlice(registry.DefaultHostsDirs...),
+			Usage: "a folder of HOST[:PORT]/hosts.toml (containerd style: mirrors, CA, plain HTTP) or HOST[:PORT]/{ca.crt,client.cert,client.key} " +
+				"(docker style), as nerdctl's --hosts-dir; repeat it (or separate with commas) to search several, in order; given, it replaces the defaults",
+		},
+	}
+}
+
+// registryHelp is the part of inspect's and check's help that says how a
+// registry is reached.
+const registryHelp = `An image that is not in containerd's image store is looked up in its registry, manifest only,
+the way nerdctl pulls: HOST[:PORT]/hosts.toml under the --hosts-dir folders (mirrors, TLS,
+plain HTTP), credentials from the docker config ($DOCKER_CONFIG/config.json, default
+~/.docker/config.json, or the credential helper it names; 'nerdctl login' writes it), and plain
+HTTP for a registry on loopback (localhost, 127.0.0.0/8, ::1).`
 
 func printReport(r *checkpoint.Report) {
 	fmt.Printf("Image:       %s (%s)\n", r.Image, map[bool]string{true: "local", false: "registry, manifest only"}[r.Local])
@@ -58,10 +80,11 @@ func printReport(r *checkpoint.Report) {
 }
 
 var inspectCmd = &cli.Command{
-	Name:      "inspect",
-	Usage:     "show a checkpoint image's engine, host facts, GPUs, sizes and phase times, from its manifest",
-	ArgsUsage: "IMAGE",
-	Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+	Name:        "inspect",
+	Usage:       "show a checkpoint image's engine, host facts, GPUs, sizes and phase times, from its manifest",
+	ArgsUsage:   "IMAGE",
+	Description: registryHelp,
+	Flags:       append([]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}}, registryFlags()...),
 	Action: func(cc *cli.Context) error {
 		r, err := inspect(cc)
 		if err != nil {
@@ -87,10 +110,11 @@ var checkCmd = &cli.Command{
 	Name: "check",
 	Usage: "say whether this host can restore IMAGE, from its manifest only: exit 0 it can, " +
 		"1 it cannot (the reasons are printed), 2 the check could not be made (no such image, registry unreachable, bad input)",
-	ArgsUsage: "IMAGE",
-	Flags:     []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}},
+	ArgsUsage:   "IMAGE",
+	Description: registryHelp,
+	Flags:       append([]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}}, registryFlags()...),
 	OnUsageError: func(cc *cli.Context, err error, _ bool) error {
-		return cli.Exit(fmt.Sprintf("%v (usage: oci-checkpoint check [--json] IMAGE)", err), checkCouldNotRun)
+		return cli.Exit(fmt.Sprintf("%v (usage: oci-checkpoint check [--json] [--hosts-dir DIR]... IMAGE)", err), checkCouldNotRun)
 	},
 	Action: func(cc *cli.Context) error {
 		r, err := inspect(cc)

@@ -10,6 +10,7 @@ import (
 
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/hostinfo"
+	"rekindle.local/oci-checkpoint/pkg/registry"
 )
 
 // Report is what `oci-checkpoint inspect` and `check` print.
@@ -32,9 +33,9 @@ type Report struct {
 
 // Inspect reads a checkpoint image's manifest (local, else from its
 // registry) and checks it against this host. An image that is no
-// checkpoint gives an error.
-func Inspect(ctx context.Context, c *client.Client, ref string) (*Report, error) {
-	name, m, local, err := Manifest(ctx, c, ref)
+// checkpoint gives an error. reg says how registries are reached.
+func Inspect(ctx context.Context, c *client.Client, ref string, reg registry.Options) (*Report, error) {
+	name, m, local, err := Manifest(ctx, c, ref, reg)
 	if err != nil {
 		return nil, err
 	}

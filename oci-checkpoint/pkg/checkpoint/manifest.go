@@ -9,16 +9,19 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/remotes"
-	"github.com/containerd/containerd/v2/core/remotes/docker"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/platforms"
+	"github.com/distribution/reference"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"rekindle.local/oci-checkpoint/pkg/registry"
 )
 
 // Manifest finds a checkpoint image's manifest: in the local image store,
-// else from its registry (the manifest only, no layer is pulled). Registries
-// on loopback are spoken to over plain HTTP.
-func Manifest(ctx context.Context, c *client.Client, ref string) (name string, m ocispec.Manifest, local bool, err error) {
+// else from its registry (the manifest only, no layer is pulled), resolved
+// as nerdctl does: hosts.toml under reg's hosts dirs, credentials from the
+// docker config, plain HTTP for registries on loopback.
+func Manifest(ctx context.Context, c *client.Client, ref string, reg registry.Options) (name string, m ocispec.Manifest, local bool, err error) {
 	name, err = NormalizeName(ref)
 	if err != nil {
 		return "", m, false, err
@@ -31,19 +34,28 @@ func Manifest(ctx context.Context, c *client.Client, ref string) (name string, m
 	case !errdefs.IsNotFound(err):
 		return name, m, false, err
 	}
-	resolver := docker.NewResolver(docker.ResolverOptions{
-		Hosts: docker.ConfigureDefaultRegistries(docker.WithPlainHTTP(docker.MatchLocalhost)),
-	})
+	ctx = registry.Quiet(ctx)
+	named, err := reference.ParseNormalizedNamed(name)
+	if err != nil {
+		return name, m, false, err
+	}
+	resolver, err := registry.New(ctx, reference.Domain(named), reg)
+	if err != nil {
+		return name, m, false, err
+	}
 	_, desc, err := resolver.Resolve(ctx, name)
 	if err != nil {
-		return name, m, false, fmt.Errorf("image %s is not in the local store, and its registry did not give its manifest: %w", name, err)
+		return name, m, false, fmt.Errorf("image %s is not in the local store, and its registry did not give its manifest: %w", name, resolver.Explain(err))
 	}
 	f, err := resolver.Fetcher(ctx, name)
 	if err != nil {
 		return name, m, false, err
 	}
 	m, err = images.Manifest(ctx, fetchProvider{f}, desc, platforms.Default())
-	return name, m, false, err
+	if err != nil {
+		return name, m, false, fmt.Errorf("fetch the manifest of %s: %w", name, resolver.Explain(err))
+	}
+	return name, m, false, nil
 }
 
 type fetchProvider struct{ f remotes.Fetcher }
