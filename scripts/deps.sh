@@ -14,6 +14,8 @@ pkgs=(
 	# run and test
 	iptables iproute2 kmod containernetworking-plugins bats skopeo docker-registry
 	debootstrap umoci busybox-static python3 python3-pytest psmisc
+	# htpasswd -B: the bcrypt password file of the basic-auth registry (tests/bats/420)
+	apache2-utils
 	# CRIU's zdtm tests (make test-criu)
 	python3-yaml
 	# provisioning (ansible/) and its tests: playbook, linter, systemd-analyze

@@ -36,33 +36,15 @@ teardown() {
 }
 
 teardown_file() {
-	[ -n "${REGISTRY_PID:-}" ] && kill "$REGISTRY_PID" 2>/dev/null
+	[ -n "${REGISTRY_DIR:-}" ] && registry_stop "$REGISTRY_DIR"
 	stack_down
 }
 
-# registry_up: Debian's docker-registry on a loopback port, storage in the
-# file's temp dir.
+# registry_up: a registry on a loopback port, storage in the file's temp dir.
 registry_up() {
-	command -v docker-registry >/dev/null || skip "docker-registry is not installed (make deps)"
-	export REGISTRY_PORT
+	export REGISTRY_PORT REGISTRY_DIR=$BATS_FILE_TMPDIR/registry
 	REGISTRY_PORT=$(free_port)
-	export REGISTRY_DIR=$BATS_FILE_TMPDIR/registry
-	mkdir -p "$REGISTRY_DIR"
-	cat >"$BATS_FILE_TMPDIR/registry.yml" <<-EOF
-		version: 0.1
-		log:
-		  level: warn
-		storage:
-		  filesystem:
-		    rootdirectory: $REGISTRY_DIR
-		  delete:
-		    enabled: true
-		http:
-		  addr: 127.0.0.1:$REGISTRY_PORT
-	EOF
-	docker-registry serve "$BATS_FILE_TMPDIR/registry.yml" >"$BATS_FILE_TMPDIR/registry.log" 2>&1 3>&- &
-	export REGISTRY_PID=$!
-	wait_for "the registry on port $REGISTRY_PORT" 30 curl -fsS "http://127.0.0.1:$REGISTRY_PORT/v2/"
+	registry_start "$REGISTRY_DIR" "$REGISTRY_PORT"
 }
 
 ocicp() {

@@ -46,6 +46,56 @@ load_image() {
 	run_nerdctl load -i "$tar"
 }
 
+# registry_start DIR PORT [HTPASSWD]: Debian's docker-registry on
+# 127.0.0.1:PORT, its storage, config and log in DIR; with HTPASSWD (a bcrypt
+# file, htpasswd -B), it takes only the users listed there (basic auth).
+# Stop it with registry_stop DIR.
+registry_start() {
+	local dir=$1 port=$2 htpasswd=${3:-}
+	command -v docker-registry >/dev/null || skip "docker-registry is not installed (make deps)"
+	mkdir -p "$dir"
+	cat >"$dir/config.yml" <<-EOF
+		version: 0.1
+		log:
+		  level: warn
+		storage:
+		  filesystem:
+		    rootdirectory: $dir
+		  delete:
+		    enabled: true
+		http:
+		  addr: 127.0.0.1:$port
+	EOF
+	if [ -n "$htpasswd" ]; then
+		cat >>"$dir/config.yml" <<-EOF
+			auth:
+			  htpasswd:
+			    realm: rekindle-test
+			    path: $htpasswd
+		EOF
+	fi
+	docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 3>&- &
+	echo $! >"$dir/registry.pid"
+	wait_for "the registry on port $port" 30 registry_answers "$port"
+}
+
+# registry_answers PORT: a registry answers /v2/ there (200, or 401 when it
+# wants credentials).
+registry_answers() {
+	local code
+	code=$(curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/v2/") || return 1
+	[ "$code" = 200 ] || [ "$code" = 401 ]
+}
+
+# registry_stop DIR: stop the registry registry_start started there.
+registry_stop() {
+	local pid
+	pid=$(cat "$1/registry.pid" 2>/dev/null) || return 0
+	kill "$pid" 2>/dev/null
+	rm -f "$1/registry.pid"
+	return 0
+}
+
 # ---- running commands ------------------------------------------------------
 
 # run_cmd [expected-status] CMD ARGS...: run CMD, print it and its output,
