@@ -26,6 +26,8 @@ EOF
 }
 
 teardown_file() {
+	# The kubeadm test's containerd, should the test have failed with it up.
+	[ ! -d "$PROV/kubeadm/rk" ] || REKINDLE_BIN=$BIN "$REKINDLE_ROOT/scripts/containerd-down.sh" "$PROV/kubeadm/rk" 3>&-
 	stack_down
 }
 
@@ -65,7 +67,9 @@ recap() {
 		"$PROV_ROOT/etc/systemd/system/containerd.service.d/rekindle.conf" || die "drop-in does not start the installed containerd"
 	grep -q "^Environment=PATH=$PROV_PREFIX/bin:" "$PROV_ROOT/etc/systemd/system/containerd.service.d/rekindle.conf" ||
 		die "drop-in does not put the stack first on PATH"
-	grep -q "BinaryName = \"$PROV_PREFIX/bin/runc\"" "$PROV_ROOT/etc/containerd/config.toml" || die "config does not name our runc"
+	grep -qxF "imports = [\"$PROV_ROOT/etc/containerd/conf.d/rekindle.toml\"]" "$PROV_ROOT/etc/containerd/config.toml" ||
+		die "config does not import Rekindle's drop-in"
+	grep -q "BinaryName = \"$PROV_PREFIX/bin/runc\"" "$PROV_ROOT/etc/containerd/conf.d/rekindle.toml" || die "drop-in does not name our runc"
 	# Not a systemd host, or a staged install: nothing was enabled or started.
 	is "$output" "~TASK \[systemd : Enable and start the services\] \*+[[:space:]]+skipping" "services left alone"
 	# The health check started the installed containerd on a private socket.
@@ -113,6 +117,151 @@ recap() {
 	is "$out" "42" "a container ran with the installed runc"
 	run_cmd "$PROV_PREFIX/bin/criu" check
 	is "$output" "~Looks good" "criu check with the installed criu"
+}
+
+# ---- over an existing containerd configuration ----------------------------
+
+# kubeadm_config DIR: a kubeadm node's containerd configuration (version 3,
+# systemd cgroup driver, its own sandbox image, CNI plugins in /opt/cni/bin,
+# a registry mirror through config_path) under the private root DIR/root,
+# with containerd's root, state and socket under DIR/rk. Prints its path.
+kubeadm_config() {
+	local dir=$1 etc=$1/root/etc
+	mkdir -p "$etc/containerd/certs.d/docker.io" "$etc/cni/net.d"
+	cat >"$etc/containerd/certs.d/docker.io/hosts.toml" <<EOF
+server = "https://registry-1.docker.io"
+[host."https://mirror.example.internal"]
+  capabilities = ["pull", "resolve"]
+EOF
+	cat >"$etc/containerd/config.toml" <<EOF
+# A kubeadm node's: systemd cgroups, the cluster's pause image, Calico's
+# plugins in /opt/cni/bin, a pull-through registry mirror.
+version = 3
+root = "$dir/rk/root"
+state = "$dir/rk/state"
+
+[grpc]
+  address = "$dir/rk/containerd.sock"
+
+[plugins.'io.containerd.cri.v1.images'.pinned_images]
+  sandbox = "registry.k8s.io/pause:3.10"
+
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = "$etc/containerd/certs.d"
+
+[plugins.'io.containerd.cri.v1.runtime'.cni]
+  bin_dirs = ["/opt/cni/bin"]
+  conf_dir = "$etc/cni/net.d"
+
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  SystemdCgroup = true
+EOF
+	echo "$etc/containerd/config.toml"
+}
+
+# dump_has CONFIG LINE...: `containerd config dump` of CONFIG, its imports
+# merged as containerd merges them, holds each LINE (indentation ignored).
+dump_has() {
+	local config=$1 line dump
+	shift
+	dump=$("$BIN/containerd" --config "$config" config dump 2>/dev/null) ||
+		die "containerd config dump of $config failed"
+	dump=$(sed 's/^ *//' <<<"$dump")
+	for line in "$@"; do
+		grep -qxF -- "$line" <<<"$dump" || die "config dump of $config lacks: $line"
+	done
+}
+
+# flat: the last playbook run's output on one line, as Ansible's YAML
+# callback wraps long messages and doubles their single quotes.
+flat() {
+	tr -s ' \n' ' ' <<<"$output" | sed "s/''/'/g"
+}
+
+# tree_sums DIR: a checksum line for every file under DIR.
+tree_sums() {
+	(cd "$1" && find . -type f -exec sha256sum {} + | sort -k2)
+}
+
+@test "over a kubeadm node's configuration: only its imports line changes, its settings stay" {
+	local k=$PROV/kubeadm config dropin
+	config=$(kubeadm_config "$k")
+	dropin=$k/root/etc/containerd/conf.d/rekindle.toml
+	cp "$config" "$k/before.toml"
+
+	playbook --check --tags containerd -e "rekindle_root=$k/root"
+	is "$(recap failed)" "0" "failed tasks in check mode"
+	cmp "$k/before.toml" "$config" || die "check mode changed $config"
+	[ ! -e "$dropin" ] || die "check mode wrote the drop-in"
+
+	playbook --tags containerd -e "rekindle_root=$k/root"
+	is "$(flat)" "~$config: kept" "the existing configuration is kept"
+	is "$(diff "$k/before.toml" "$config" | grep '^[<>]')" "> imports = [\"$dropin\"]" "the one line added"
+	local backup
+	backup=$(ls "$config".*~) || die "no backup of $config"
+	cmp "$k/before.toml" "$backup" || die "the backup differs from the configuration as it was"
+	# What containerd makes of the two files: the node's settings and Rekindle's.
+	dump_has "$config" "SystemdCgroup = true" "sandbox = 'registry.k8s.io/pause:3.10'" \
+		"bin_dirs = ['/opt/cni/bin']" "conf_dir = '$k/root/etc/cni/net.d'" \
+		"config_path = '$k/root/etc/containerd/certs.d'" \
+		"BinaryName = '$PROV_PREFIX/bin/runc'" "enable_cdi = true" "enable_criu = true" \
+		"enable_experimental_restore_via_create = true" "'io.containerd.timeout.task.state' = '120s'"
+
+	tree_sums "$k/root" >"$k/after-first"
+	playbook --tags containerd -e "rekindle_root=$k/root"
+	is "$(recap changed)" "0" "changed tasks on a second run"
+	is "$(tree_sums "$k/root")" "$(cat "$k/after-first")" "files under the root after a second run"
+}
+
+@test "the kept kubeadm configuration runs: CRI sees both sets of settings, a container runs" {
+	local k=$PROV/kubeadm
+	local config=$k/root/etc/containerd/config.toml sock=$k/rk/containerd.sock bin=$BIN
+	[ -f "$k/root/etc/containerd/conf.d/rekindle.toml" ] || skip "the kubeadm configuration was not provisioned"
+	[ ! -x "$PROV_PREFIX/bin/containerd" ] || bin=$PROV_PREFIX/bin
+	mkdir -p "$k/rk"
+	PATH=$bin:$PATH setsid "$bin/containerd" --config "$config" >"$k/rk/containerd.log" 2>&1 </dev/null 3>&- &
+	echo $! >"$k/rk/containerd.pid"
+	wait_for "containerd on $sock" 20 "$bin/ctr" --address "$sock" version
+	local info
+	info=$("$BIN/crictl" --runtime-endpoint "unix://$sock" info 2>/dev/null) || die "crictl info failed"
+	is "$(jq -c '.config.containerd.runtimes.runc.options | [.SystemdCgroup, .BinaryName]' <<<"$info")" \
+		"[true,\"$PROV_PREFIX/bin/runc\"]" "CRI's runc options: the node's cgroup driver, Rekindle's runc"
+	is "$(jq -c '.config.cni.binDirs' <<<"$info")" '["/opt/cni/bin"]' "CRI's CNI plugin directories"
+	is "$(jq -c '.config | [.enableCDI, .enableCRIU, .enableExperimentalRestoreViaCreate]' <<<"$info")" \
+		"[true,true,true]" "CRI: CDI, CRIU, restore via create"
+	run_cmd "$bin/ctr" --address "$sock" images import --all-platforms "$IMAGES/base.tar"
+	run_cmd "$bin/ctr" --address "$sock" run --rm "$BASE_IMAGE" kubeadm-check python3 -c 'print(6 * 7)'
+	local out=${lines[-1]}
+	REKINDLE_BIN=$bin "$REKINDLE_ROOT/scripts/containerd-down.sh" "$k/rk" 3>&-
+	is "$out" "42" "a container ran under the kept configuration"
+}
+
+@test "a configuration that cannot take the drop-in is refused, naming file, setting and fix, and left as it was" {
+	local k=$PROV/conflict config
+	config=$(kubeadm_config "$k")
+	# The NVIDIA toolkit's runtime wrapper, set in a file the main one imports.
+	sed -i "/^version = 3/a imports = [\"$k/root/etc/containerd/conf.d/*.toml\"]" "$config"
+	mkdir -p "$k/root/etc/containerd/conf.d"
+	cat >"$k/root/etc/containerd/conf.d/99-nvidia.toml" <<EOF
+version = 3
+[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
+  BinaryName = "/usr/bin/nvidia-container-runtime"
+EOF
+	tree_sums "$k/root" >"$k/before"
+	playbook 2 --tags containerd -e "rekindle_root=$k/root"
+	is "$output" "~cannot be merged into $config \(read with $k/root/etc/containerd/conf.d/99-nvidia.toml\)" "names the files"
+	is "$output" "~99-nvidia.toml sets plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options.BinaryName = \"/usr/bin/nvidia-container-runtime\"; Rekindle needs \"$PROV_PREFIX/bin/runc\"" "names the setting and both values"
+	is "$output" "~Remove that line" "says how to fix it"
+	is "$(tree_sums "$k/root")" "$(cat "$k/before")" "files under the root after the refusal"
+
+	# containerd 1.x's format, which containerd 2.3 would migrate on every start.
+	rm "$k/root/etc/containerd/conf.d/99-nvidia.toml"
+	printf 'version = 2\n[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]\n  SystemdCgroup = true\n' >"$config"
+	tree_sums "$k/root" >"$k/before"
+	playbook 2 --tags containerd -e "rekindle_root=$k/root"
+	is "$(flat)" "~$config is a version 2 containerd configuration" "names the file and its version"
+	is "$(flat)" "~containerd --config $config config migrate > new.toml" "says how to fix it"
+	is "$(tree_sums "$k/root")" "$(cat "$k/before")" "files under the root after the refusal"
 }
 
 # ---- check mode ------------------------------------------------------------
