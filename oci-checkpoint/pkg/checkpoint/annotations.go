@@ -3,12 +3,14 @@ package checkpoint
 import (
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 
+	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/hostinfo"
 )
 
 // Standard describes a checkpoint in the terms of checkpointctl's
-// org.criu.checkpoint.* annotations, which podman, CRI-O and checkpointctl
-// read; Rekindle's own org.rekindle.* annotations go beside them.
+// org.criu.checkpoint.* annotations, which CRI-O and checkpointctl read, and
+// of the two io.podman.annotations.checkpoint.* keys podman 4.x looks for;
+// Rekindle's own org.rekindle.* annotations go beside them.
 type Standard struct {
 	ContainerName  string
 	Pod            string // CRI containers only: the pod's name, uid and namespace
@@ -47,6 +49,8 @@ func (s Standard) Annotations() map[string]string {
 		crmetadata.CheckpointAnnotationCgroupVersion:            s.Runtime.CgroupVersion,
 		crmetadata.CheckpointAnnotationDistributionName:         s.Runtime.Distribution,
 		crmetadata.CheckpointAnnotationDistributionVersion:      s.Runtime.DistroVersion,
+		annotations.PodmanCheckpointName:                        s.ContainerName,
+		annotations.PodmanRuntimeName:                           s.RuntimeName,
 	}
 	for k, v := range a {
 		if v == "" {

@@ -61,11 +61,15 @@ func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Cont
 // writeDumps writes spec.dump, config.dump and status.dump. The standard
 // checkpoint annotations go into spec.dump's annotations too: checkpointctl
 // reads the archive, never the manifest, and shows them from there.
+// config.dump carries podman's fields beside checkpointctl's (podman.go).
 func writeDumps(ctr client.Container, info containers.Container, base client.Image, dir string, at time.Time, std map[string]string) error {
 	if info.Spec == nil {
 		return fmt.Errorf("container %s has no spec", ctr.ID())
 	}
 	specJSON, err := annotateSpec(info.Spec.GetValue(), std)
+	if err == nil {
+		specJSON, err = withoutHooks(specJSON)
+	}
 	if err != nil {
 		return fmt.Errorf("container %s's spec: %w", ctr.ID(), err)
 	}
@@ -76,15 +80,23 @@ func writeDumps(ctr client.Container, info containers.Container, base client.Ima
 	if err != nil {
 		return err
 	}
-	_, err = crmetadata.WriteJSONFile(&crmetadata.ContainerConfig{
-		ID:              ctr.ID(),
-		Name:            containerName(ctr.ID(), info.Labels),
-		RootfsImage:     info.Image,
-		RootfsImageName: info.Image,
-		RootfsImageRef:  ref,
-		OCIRuntime:      info.Runtime.Name,
-		CreatedTime:     info.CreatedAt,
-		CheckpointedAt:  at,
+	// writeDumps has no context: the client's default namespace applies.
+	baseConfig, err := base.Config(context.Background())
+	if err != nil {
+		return fmt.Errorf("base image %s: its config: %w", info.Image, err)
+	}
+	_, err = crmetadata.WriteJSONFile(&configDump{
+		ContainerConfig: crmetadata.ContainerConfig{
+			ID:              ctr.ID(),
+			Name:            containerName(ctr.ID(), info.Labels),
+			RootfsImage:     info.Image,
+			RootfsImageName: info.Image,
+			RootfsImageRef:  ref,
+			OCIRuntime:      info.Runtime.Name,
+			CreatedTime:     info.CreatedAt,
+			CheckpointedAt:  at,
+		},
+		podmanConfig: newPodmanConfig(specJSON, info.Image, baseConfig.Digest),
 	}, dir, crmetadata.ConfigDumpFile)
 	if err != nil {
 		return err
@@ -125,6 +137,24 @@ func annotateSpec(spec []byte, ann map[string]string) ([]byte, error) {
 		return nil, err
 	}
 	doc["annotations"] = raw
+	return json.Marshal(doc)
+}
+
+// withoutHooks drops the spec's hooks. Those nerdctl adds call back into the
+// containerd that ran the container (its socket and data root on this
+// host); a restorer that restores with spec.dump, as podman does, would run
+// them against a containerd that is not its own, and fail or worse.
+// Rekindle's containerd reads spec.dump's mounts and process, never its
+// hooks: a restore there runs the new container's own.
+func withoutHooks(spec []byte) ([]byte, error) {
+	var doc map[string]json.RawMessage
+	if err := json.Unmarshal(spec, &doc); err != nil {
+		return nil, err
+	}
+	if _, ok := doc["hooks"]; !ok {
+		return spec, nil
+	}
+	delete(doc, "hooks")
 	return json.Marshal(doc)
 }
 
