@@ -264,6 +264,40 @@ EOF
 	is "$(tree_sums "$k/root")" "$(cat "$k/before")" "files under the root after the refusal"
 }
 
+@test "containerd_import edits only the imports line, whatever its shape" {
+	local py
+	py=$(sed -n '1s/^#! *//p' "$(command -v ansible-playbook)")
+	PYTHONPATH=$ANSIBLE_DIR/roles/containerd/library run_cmd "$py" - <<'PY'
+import tomllib
+from containerd_import import add_import
+
+ours = "/etc/containerd/conf.d/rekindle.toml"
+cases = [  # (config.toml, the same with the import added)
+    ('version = 3\n[grpc]\n  address = "/s"\n',
+     'version = 3\nimports = ["%s"]\n[grpc]\n  address = "/s"\n' % ours),
+    ('# kubeadm\nversion = 3 # v3\n\nroot = "/r"\n',
+     '# kubeadm\nversion = 3 # v3\nimports = ["%s"]\n\nroot = "/r"\n' % ours),
+    ('version = 3\r\nroot = "/r"\r\n',
+     'version = 3\r\nimports = ["%s"]\r\nroot = "/r"\r\n' % ours),
+    ('version = 4\nimports = []\n', 'version = 4\nimports = ["%s"]\n' % ours),
+    ('version = 4\n  imports = ["/a.toml"]  # ours\n[x]\n',
+     'version = 4\n  imports = ["/a.toml", "%s"]  # ours\n[x]\n' % ours),
+    ('version = 3\nimports = [\n  "/a.toml",\n  "/b.toml",\n]\nroot = "/r"\n',
+     'version = 3\nimports = ["/a.toml", "/b.toml", "%s"]\nroot = "/r"\n' % ours),
+    # No top-level version line to add it after, an imports key in a table.
+    ('[plugins]\n  x = 1\n', None),
+]
+bad = 0
+for before, want in cases:
+    got = add_import(before, tomllib.loads(before), ours)
+    if got != want:
+        bad += 1
+        print("for %r\n  got  %r\n  want %r" % (before, got, want))
+print("%d of %d cases differ" % (bad, len(cases)))
+PY
+	is "${lines[-1]}" "0 of 7 cases differ" "edits"
+}
+
 # ---- check mode ------------------------------------------------------------
 
 # fake_driver VERSION [open]: a stand-in for /proc/driver/nvidia/version, of

@@ -30,7 +30,7 @@ options:
     type: list
     elements: dict
     default: []
-  owned_markers: {description: Text that marks a configuration Rekindle wrote., type: list, elements: str, default: []}
+  owned_markers: {description: Text that marks a configuration Rekindle wrote (in its first five lines)., type: list, elements: str, default: []}
   inspect_only: {description: Check and report; never write., type: bool, default: false}
   backup: {description: Keep a timestamped copy of the file before editing it., type: bool, default: false}
 """
@@ -189,8 +189,8 @@ def conflicts(order, settings):
             after = i > ours_at and want is not None
             if not after and any(same(have, a, s.get("duration")) for a in allowed):
                 continue
-            if (not after and s.get("subset") and isinstance(have, list)
-                    and isinstance(want, list) and set(have) <= set(want)):
+            if (not after and s.get("subset") and isinstance(have, list) and isinstance(want, list)
+                    and all(h in want for h in have)):
                 continue
             where = " (read after Rekindle's drop-in, so it would win)" if after else ""
             need = ("Rekindle needs %s" % json.dumps(want)) if want is not None else \
@@ -261,7 +261,8 @@ def run(module):
             raw = f.read()
     except OSError as e:
         raise Refusal("%s cannot be read: %s" % (path, e))
-    if any(m.encode() in raw for m in p["owned_markers"]):
+    head = b"\n".join(raw.splitlines()[:5])
+    if any(m.encode() in head for m in p["owned_markers"]):
         result["state"] = "rekindle"
         return result
     result["state"] = "foreign"
