@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/checkpoint"
 	"rekindle.local/oci-checkpoint/pkg/engine"
 	"rekindle.local/oci-checkpoint/pkg/phase"
@@ -35,6 +36,7 @@ var createCmd = &cli.Command{
 		&cli.StringFlag{Name: "output", Usage: "oci-archive:PATH writes an OCI archive instead of storing the image"},
 		&cli.StringFlag{Name: "work-dir", Usage: "where the checkpoint is assembled (needs room for it; default $TMPDIR)"},
 		&cli.StringFlag{Name: "compression", Value: checkpoint.CompressionNone, Usage: "checkpoint layer compression: none (fastest to write and restore) or zstd (smaller to push and pull)"},
+		&cli.StringFlag{Name: "fallback", Value: annotations.FallbackNone, Usage: "what a host that cannot restore the image does (CPU flags, GPUs, driver): cold starts the container afresh from its base image, none fails the restore"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no phases or progress, only errors (and --json's result)"},
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout"},
 	},
@@ -52,6 +54,7 @@ var createCmd = &cli.Command{
 			WakeDeadline: cc.Duration("wake-deadline"), WakeBinary: cc.String("wake-binary"),
 			LeaveRunning: cc.Bool("leave-running"), WorkDir: cc.String("work-dir"), Progress: os.Stderr,
 			Compression: cc.String("compression"), Version: version, StopAtDump: cc.Bool("stop-at-dump"),
+			Fallback: cc.String("fallback"),
 		}
 		if o.StopAtDump && o.LeaveRunning {
 			return cli.Exit("--stop-at-dump and --leave-running contradict each other: give one", 2)
@@ -60,6 +63,11 @@ var createCmd = &cli.Command{
 		case checkpoint.CompressionNone, checkpoint.CompressionZstd:
 		default:
 			return cli.Exit(fmt.Sprintf("--compression %q: want %s or %s", o.Compression, checkpoint.CompressionNone, checkpoint.CompressionZstd), 2)
+		}
+		switch o.Fallback {
+		case annotations.FallbackCold, annotations.FallbackNone:
+		default:
+			return cli.Exit(fmt.Sprintf("--fallback %q: want %s or %s", o.Fallback, annotations.FallbackCold, annotations.FallbackNone), 2)
 		}
 		quiet := cc.Bool("quiet")
 		if quiet {

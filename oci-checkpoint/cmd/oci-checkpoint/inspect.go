@@ -66,6 +66,11 @@ func printReport(r *checkpoint.Report) {
 	if len(r.Phases) > 0 {
 		fmt.Printf("Checkpoint:  %s\n", phase.Summary(phase.Sorted(r.Phases)))
 	}
+	fallback := r.Annotations[annotations.Fallback]
+	if fallback == "" {
+		fallback = annotations.FallbackNone
+	}
+	fmt.Printf("Fallback:    %s\n", fallback)
 	if r.Restorable {
 		fmt.Printf("This host:   can restore it\n")
 	} else {

@@ -26,6 +26,15 @@ const (
 	GPUModel    = Prefix + "gpu.model"
 	GPUUUIDs    = Prefix + "gpu.uuids"
 
+	// Fallback says what a restorer does on a host that cannot restore
+	// the image (its facts rule the host out): FallbackCold starts the
+	// checkpointed container's process afresh from the base image, with
+	// its original entrypoint, command and environment; without the
+	// annotation (FallbackNone) the restore fails with the reasons.
+	Fallback     = Prefix + "restore.fallback"
+	FallbackCold = "cold"
+	FallbackNone = "none"
+
 	// FormatVersion changes when the image layout changes incompatibly.
 	FormatVersion = "1"
 

@@ -53,6 +53,10 @@ type Options struct {
 	// Compression of the checkpoint layer: CompressionNone (default) or
 	// CompressionZstd.
 	Compression string
+	// Fallback is what a restorer does on a host that cannot restore the
+	// image: annotations.FallbackCold records it on the manifest;
+	// annotations.FallbackNone or "" records nothing (the restore fails).
+	Fallback string
 	// Progress receives phase lines and, for long phases, progress as
 	// ProgressMode says.
 	Progress     io.Writer

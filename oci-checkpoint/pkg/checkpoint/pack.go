@@ -69,6 +69,9 @@ func (cr *creation) annotations(std map[string]string) map[string]string {
 	phases, _ := json.Marshal(cr.t.Map())
 	ann[annotations.Phases] = string(phases)
 	ann[annotations.LegacyCheckpoint] = containerName(cr.ctr.ID(), cr.info.Labels)
+	if cr.o.Fallback == annotations.FallbackCold {
+		ann[annotations.Fallback] = annotations.FallbackCold
+	}
 	return ann
 }
 
