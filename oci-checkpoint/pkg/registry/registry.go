@@ -252,5 +252,6 @@ func explain(err error, host string, sent bool, source string, hostsDirs []strin
 	}
 	return fmt.Errorf("registry %s refused access without credentials, and %s has none for it: "+
 		"log in with '%s' (it stores them there; DOCKER_CONFIG names another folder), "+
-		"or route the name to a registry you can read with %s: %w", host, source, login, where, err)
+		"or route the name to a registry you can read with %s (some registries answer the same for a repository "+
+		"that does not exist): %w", host, source, login, where, err)
 }
