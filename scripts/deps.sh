@@ -22,14 +22,23 @@ pkgs=(
 	ansible-core ansible-lint systemd
 	# benchmarks: scripts/bench-report.py draws the timeline chart (make bench)
 	python3-matplotlib
+	# podman interop (docs/podman.md, tests/bats/430-podman.bats); nsenter
+	# reaches the engine in the network namespace it was restored with
+	podman util-linux
 )
 missing=()
 for p in "${pkgs[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
 done
-[ ${#missing[@]} -eq 0 ] && exit 0
-note "installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq || die "apt-get update failed: check the apt sources in /etc/apt"
-apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
-	die "apt-get install failed for: ${missing[*]}"
+if [ ${#missing[@]} -gt 0 ]; then
+	note "installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq || die "apt-get update failed: check the apt sources in /etc/apt"
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null ||
+		die "apt-get install failed for: ${missing[*]}"
+fi
+
+# Debian's podman puts its "podman" CNI network into /etc/cni/net.d, where
+# nerdctl reads its networks from, and nerdctl then lists it as one of its
+# own. Rekindle's podman runs with its own network config directory.
+rm -f /etc/cni/net.d/87-podman-bridge.conflist
