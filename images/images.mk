@@ -20,14 +20,17 @@ ENGINE_WEIGHTS_MB    ?= 64
 GPU_ENGINE_IMAGE_REF ?= rekindle.local/gpu-engine:latest
 GPU_ENGINE_IMAGE_TAR := $(IMAGES_OUT)/gpu-engine.tar
 GPU_ENGINE_PARAMS_GB ?= 1
+# The same engine with transformers' model code, torch.compile and CUDA graphs.
+HF_ENGINE_IMAGE_REF  ?= rekindle.local/hf-engine:latest
+HF_ENGINE_IMAGE_TAR  := $(IMAGES_OUT)/hf-engine.tar
 
-IMAGE_TARS := $(BASE_IMAGE_TAR) $(CPU_ENGINE_IMAGE_TAR) $(GPU_ENGINE_IMAGE_TAR)
+IMAGE_TARS := $(BASE_IMAGE_TAR) $(CPU_ENGINE_IMAGE_TAR) $(GPU_ENGINE_IMAGE_TAR) $(HF_ENGINE_IMAGE_TAR)
 BUILD_EXTRA += $(IMAGE_TARS)
 UNIT_TESTS += test-images
 
 .PHONY: images test-images
 
-images: $(IMAGE_TARS) ## build the base, CPU and GPU engine image archives into build/images/
+images: $(IMAGE_TARS) ## build the base, CPU and GPU engine (reference and transformers) image archives into build/images/
 
 # A parameter file changes only when its values do, so a changed suite, name
 # or weights size rebuilds that image and nothing else.
@@ -37,6 +40,7 @@ $(IMAGES_OUT)/.params-%: FORCE
 IMAGE_PARAMS_base       = $(BASE_SUITE) $(BASE_IMAGE_REF)
 IMAGE_PARAMS_cpu-engine = $(CPU_ENGINE_IMAGE_REF) $(ENGINE_WEIGHTS_MB)
 IMAGE_PARAMS_gpu-engine = $(GPU_ENGINE_IMAGE_REF) $(GPU_ENGINE_PARAMS_GB)
+IMAGE_PARAMS_hf-engine  = $(HF_ENGINE_IMAGE_REF) $(GPU_ENGINE_PARAMS_GB)
 
 $(BASE_IMAGE_TAR): $(IMAGES_OUT)/.params-base $(IMAGES_SRC)/base/build.sh \
 		$(IMAGES_SRC)/base/packages $(IMAGES_SRC)/lib.sh
@@ -47,10 +51,15 @@ $(CPU_ENGINE_IMAGE_TAR): $(BASE_IMAGE_TAR) $(IMAGES_OUT)/.params-cpu-engine \
 	BASE_IMAGE_REF=$(BASE_IMAGE_REF) CPU_ENGINE_IMAGE_REF=$(CPU_ENGINE_IMAGE_REF) \
 		ENGINE_WEIGHTS_MB=$(ENGINE_WEIGHTS_MB) $(IMAGES_SRC)/cpu-engine/build.sh $(BASE_IMAGE_TAR) $@
 
-$(GPU_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-gpu-engine $(IMAGES_SRC)/gpu-engine/build.sh \
-		$(IMAGES_SRC)/gpu-engine/server.py $(IMAGES_SRC)/gpu-engine/launch.sh \
-		$(IMAGES_SRC)/gpu-engine/host-python.sh $(IMAGES_SRC)/weights/rekindle_weights.py $(IMAGES_SRC)/lib.sh
+GPU_ENGINE_FILES := $(addprefix $(IMAGES_SRC)/gpu-engine/,build.sh server.py hf_model.py launch.sh host-python.sh cc) \
+		$(IMAGES_SRC)/weights/rekindle_weights.py $(IMAGES_SRC)/lib.sh
+
+$(GPU_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-gpu-engine $(GPU_ENGINE_FILES)
 	GPU_ENGINE_IMAGE_REF=$(GPU_ENGINE_IMAGE_REF) \
+		GPU_ENGINE_PARAMS_GB=$(GPU_ENGINE_PARAMS_GB) $(IMAGES_SRC)/gpu-engine/build.sh $@
+
+$(HF_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-hf-engine $(GPU_ENGINE_FILES)
+	GPU_ENGINE_BACKEND=transformers GPU_ENGINE_IMAGE_REF=$(HF_ENGINE_IMAGE_REF) \
 		GPU_ENGINE_PARAMS_GB=$(GPU_ENGINE_PARAMS_GB) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
 test-images: ## unit tests of the CPU and GPU reference engines and the weight set client (plain python3; torch and CUDA tests skip without them)

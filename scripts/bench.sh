@@ -52,7 +52,7 @@ images=${BENCH_IMAGES:-$root/build/images}
 read -r -a extra_flags <<<"${BENCH_RUN_FLAGS:-}"
 case "$engine" in
 cpu) engine_image=rekindle.local/cpu-engine:latest tars="base cpu-engine" ;;
-gpu) engine_image=rekindle.local/gpu-engine:latest tars="gpu-engine" ;;
+gpu) engine_image=${BENCH_ENGINE_IMAGE:-rekindle.local/gpu-engine:latest} tars=${BENCH_ENGINE_TAR:-gpu-engine} ;;
 *) die "BENCH_ENGINE must be cpu or gpu, not $engine" ;;
 esac
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer"

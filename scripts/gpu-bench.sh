@@ -15,7 +15,9 @@
 #   GPU_BENCH_GPU        GPU index for every container (0)
 #   GPU_BENCH_CHECKPOINT_FLAGS  oci-checkpoint create flags instead of --engine sglang (see below)
 #   GPU_BENCH_WEIGHT_SET  1: weights from a rekindle-weights set (see below)
-#   GPU_BENCH_GB         model size, ENGINE_PARAMS_GB (8: Qwen2.5-7B shapes, 12 layers)
+#   GPU_BENCH_ENGINE     reference (images/gpu-engine) or transformers (the hf-engine image:
+#                        transformers' model code, torch.compile, CUDA graphs; cold starts take minutes)
+#   GPU_BENCH_GB         model size, ENGINE_PARAMS_GB (8: Qwen2.5-7B shapes, 12 layers; 1 for transformers)
 #   GPU_BENCH_PORT       engine port on the host network (30000)
 #   GPU_BENCH_H2D_MB     bytes copied per host-to-device measure (1024)
 #   REKINDLE_GPU_WEIGHTS host folder for the weights file (/var/tmp/rekindle-weights)
@@ -51,7 +53,15 @@ images=$root/build/images
 [ -f "$images/gpu-engine.tar" ] || die "gpu-engine.tar is in neither build/images nor $bin/../images"
 
 gpu=${GPU_BENCH_GPU:-0}
-gb=${GPU_BENCH_GB:-8}
+case ${GPU_BENCH_ENGINE:-reference} in
+reference) gb=${GPU_BENCH_GB:-8} ;;
+transformers)
+	gb=${GPU_BENCH_GB:-1}
+	export BENCH_ENGINE_IMAGE=rekindle.local/hf-engine:latest BENCH_ENGINE_TAR=hf-engine
+	[ -f "$images/hf-engine.tar" ] || die "hf-engine.tar is not in $images: run 'make build/images/hf-engine.tar' (and rebuild the bundle)"
+	;;
+*) die "GPU_BENCH_ENGINE=$GPU_BENCH_ENGINE: want reference or transformers" ;;
+esac
 port=${GPU_BENCH_PORT:-30000}
 weights=${REKINDLE_GPU_WEIGHTS:-/var/tmp/rekindle-weights}
 py=$(command -v "${REKINDLE_PYTHON:-python3}") || die "no ${REKINDLE_PYTHON:-python3} on PATH"
@@ -120,7 +130,7 @@ export BENCH_OUT=${BENCH_OUT:-${OUT:-$root/build/bench}}
 # a checkpoint of the model's size, for the image I/O numbers.
 export BENCH_CHECKPOINT_FLAGS="--port $port ${GPU_BENCH_CHECKPOINT_FLAGS:---engine sglang}"
 export BENCH_RUN_FLAGS="--device nvidia.com/gpu=$gpu ${pyflags[*]} --volume=$weights:/weights --env=ENGINE_PARAMS_GB=$gb --env=ENGINE_PORT=$port"
-export BENCH_COMMAND="scripts/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_GB=$gb${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1})"
+export BENCH_COMMAND="scripts/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_ENGINE=${GPU_BENCH_ENGINE:-reference} GPU_BENCH_GB=$gb${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1})"
 
 # GPU_BENCH_WEIGHT_SET=1: the engine takes its weights from a set that the
 # rekindle-weights service loads from the weights file (page cache dropped

@@ -1,24 +1,36 @@
 #!/usr/bin/env bash
 # build.sh OUT.tar: the GPU reference engine image, one layer: a static
 # busybox (the shell and tools launch.sh needs), /engine/{server.py,
-# launch.sh,host-python.sh,rekindle_weights.py} and empty /weights and
-# /rekindle/weights mount points. No Python
+# hf_model.py,launch.sh,host-python.sh,rekindle_weights.py} and empty
+# /weights and /rekindle/weights mount points. No Python
 # or PyTorch inside: the container runs the GPU host's, bound in at run
 # time (see README.md, host-python.sh), so the image stays about 1 MB and
 # travels to a GPU machine beside the stack. Named
 # rekindle.local/gpu-engine:latest.
+#
+# GPU_ENGINE_BACKEND=transformers builds rekindle.local/hf-engine:latest
+# instead: the same files run with transformers' model code, torch.compile
+# and CUDA graphs (hf_model.py). torch.compile needs a C compiler at run
+# time: /engine/cc runs the host's gcc from the bound /usr; /lib64's loader
+# and /host/lib link to the host's, and the compile caches live in the
+# container (/var/cache/engine), so every cold start compiles from scratch.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
 [ $# -eq 1 ] || die "usage: $0 OUT.tar"
 out=$(realpath -m "$1")
-ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/gpu-engine:latest}
+backend=${GPU_ENGINE_BACKEND:-reference}
+case $backend in
+reference) ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/gpu-engine:latest} ;;
+transformers) ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/hf-engine:latest} ;;
+*) die "GPU_ENGINE_BACKEND=$backend: want reference or transformers" ;;
+esac
 tag=${ref##*:}
 gb=${GPU_ENGINE_PARAMS_GB:-1}
 need_pkgs umoci busybox-static
 need_tool umoci python3 tar
 
-work=$(dirname "$out")/work/gpu-engine
+work=$(dirname "$out")/work/gpu-engine-$backend
 rm -rf "$work"
 root=$work/root
 mkdir -p "$work" "$root"/{bin,etc,engine,weights,rekindle/weights,tmp,root,proc,sys,dev,usr/bin,host}
@@ -32,6 +44,26 @@ printf 'root:x:0:\nnogroup:x:65534:\n' >"$root/etc/group"
 for f in server.py launch.sh host-python.sh; do
 	install -m 0755 "$here/$f" "$root/engine/$f"
 done
+install -m 0644 "$here/hf_model.py" "$root/engine/hf_model.py"
+extra_env=()
+if [ "$backend" = transformers ]; then
+	install -m 0755 "$here/cc" "$root/engine/cc"
+	ln -s cc "$root/engine/c++"
+	mkdir -p "$root/lib64" "$root/var/cache/engine"
+	ln -s /host/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$root/lib64/ld-linux-x86-64.so.2"
+	# The host's libc.so linker script names /lib/... and /lib64/ld-linux...:
+	# under --sysroot=/host they must resolve inside the bound /host/usr.
+	ln -s usr/lib "$root/host/lib"
+	mkdir -p "$root/host/lib64"
+	ln -s /host/usr/lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$root/host/lib64/ld-linux-x86-64.so.2"
+	# The host's tools last on PATH: inductor and triton run a few (ptxas
+	# comes with triton; openssl, on a CPU, hashes headers).
+	extra_env=(--config.env PATH=/bin:/usr/bin:/host/usr/bin
+		--config.env ENGINE_BACKEND=transformers --config.env ENGINE_EXPORT_LIBRARY_PATH=1
+		--config.env CC=/engine/cc --config.env CXX=/engine/c++
+		--config.env TORCHINDUCTOR_CACHE_DIR=/var/cache/engine/inductor
+		--config.env TRITON_CACHE_DIR=/var/cache/engine/triton)
+fi
 # The weight set client (images/weights/): server.py imports it from beside itself.
 install -m 0644 "$here/../weights/rekindle_weights.py" "$root/engine/rekindle_weights.py"
 find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
@@ -45,7 +77,7 @@ umoci new --image "$layout:$tag"
 # gloo on loopback, one inductor compile thread, no hub access, and no .pyc
 # writes into the read-only host Python.
 umoci raw add-layer --image "$layout:$tag" --history.created "$created" \
-	--history.created_by "rekindle images/gpu-engine: busybox, server.py, launch.sh, host-python.sh, rekindle_weights.py" "$work/layer.tar"
+	--history.created_by "rekindle images/gpu-engine ($backend): busybox, server.py, hf_model.py, launch.sh, host-python.sh, rekindle_weights.py" "$work/layer.tar"
 umoci config --image "$layout:$tag" --created "$created" --history.created "$created" \
 	--history.created_by "rekindle images/gpu-engine/build.sh" \
 	--config.env PATH=/bin:/usr/bin \
@@ -53,11 +85,11 @@ umoci config --image "$layout:$tag" --created "$created" --history.created "$cre
 	--config.env ENGINE_WEIGHTS_DIR=/weights --config.env "ENGINE_PARAMS_GB=$gb" \
 	--config.env PYTHONUNBUFFERED=1 --config.env PYTHONDONTWRITEBYTECODE=1 \
 	--config.env UV_USE_IO_URING=0 --config.env GLOO_SOCKET_IFNAME=lo \
-	--config.env TORCHINDUCTOR_COMPILE_THREADS=1 --config.env HF_HUB_OFFLINE=1 \
+	--config.env TORCHINDUCTOR_COMPILE_THREADS=1 --config.env HF_HUB_OFFLINE=1 "${extra_env[@]}" \
 	--clear config.cmd --config.cmd /engine/launch.sh \
 	--config.workingdir /engine --config.exposedports 30000/tcp --config.stopsignal SIGTERM \
-	--config.label "org.opencontainers.image.title=rekindle gpu-engine" \
-	--config.label "org.opencontainers.image.description=GPU reference engine (PyTorch transformer, SGLang memory API); runs the host's Python+PyTorch" \
+	--config.label "org.opencontainers.image.title=rekindle ${ref##*/}" \
+	--config.label "org.opencontainers.image.description=GPU engine, $backend backend (PyTorch transformer, SGLang memory API); runs the host's Python+PyTorch" \
 	--config.label "org.rekindle.engine.profile=sglang" \
 	--config.label "org.rekindle.engine.params-gb=$gb"
 oci_pack "$layout" "$tag" "$ref" "$out"

@@ -64,9 +64,11 @@ loader = os.path.realpath(interp)
 if not under(loader, "/usr"):
     sys.exit(f"host-python.sh: the host's dynamic loader {loader} is not under /usr")
 
+# The interpreter's own LIBDIR first: a Python built outside /usr (pyenv)
+# must find its libpython before the host's same-named one.
 libdirs = []
-for d in (os.path.dirname(loader), "/usr/lib/x86_64-linux-gnu", "/usr/lib64", "/usr/lib",
-          sysconfig.get_config_var("LIBDIR") or ""):
+for d in (sysconfig.get_config_var("LIBDIR") or "", os.path.dirname(loader), "/usr/lib/x86_64-linux-gnu",
+          "/usr/lib64", "/usr/lib"):
     d = os.path.realpath(d) if d else ""
     if d and os.path.isdir(d) and cpath(d) not in libdirs:
         libdirs.append(cpath(d))

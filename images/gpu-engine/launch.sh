@@ -18,10 +18,12 @@ py=${ENGINE_PYTHON:-python3}
 server=${ENGINE_SERVER:-/engine/server.py}
 libpath=${ENGINE_LIBRARY_PATH:-}
 
-# The driver's libcuda.so.1, wherever CDI (or the runtime hook) put it.
+# The driver's libcuda.so.1, wherever CDI (or the runtime hook) put it;
+# triton links its launcher against it and has no ldconfig here to ask.
 for d in /usr/local/nvidia/lib64 /usr/lib/x86_64-linux-gnu /usr/lib64 /lib64 /usr/local/cuda/compat; do
 	if [ -e "$d/libcuda.so.1" ]; then
 		libpath=${libpath:+$libpath:}$d
+		export TRITON_LIBCUDA_PATH=${TRITON_LIBCUDA_PATH:-$d}
 		break
 	fi
 done
@@ -49,8 +51,13 @@ if [ $# -eq 0 ] && [ "${ENGINE_MEMORY_SAVER:-1}" != 0 ]; then
 	[ -n "$libdir" ] && libpath=$libdir${libpath:+:$libpath}
 	export LD_PRELOAD=$hook${LD_PRELOAD:+:$LD_PRELOAD}
 fi
+# The transformers image runs host programs too (gcc for triton, ptxas):
+# they need the host's libraries in the environment, not only the loader's.
+if [ "${ENGINE_EXPORT_LIBRARY_PATH:-0}" = 1 ]; then
+	export LD_LIBRARY_PATH=${libpath}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
 if [ -n "${ENGINE_LOADER:-}" ]; then
 	exec "$ENGINE_LOADER" --library-path "$libpath" "$py" "$server" "$@"
 fi
-export LD_LIBRARY_PATH=${libpath}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+[ "${ENGINE_EXPORT_LIBRARY_PATH:-0}" = 1 ] || export LD_LIBRARY_PATH=${libpath}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 exec "$py" "$server" "$@"

@@ -43,7 +43,13 @@ ENGINE_LAYERS (from the size), ENGINE_SHAPE (auto: 0.5b, 7b or 32b shapes by
 size), ENGINE_SEED (1234), ENGINE_WEIGHTS_DIR (/weights), ENGINE_WEIGHTS,
 ENGINE_CONTEXT_LEN (4096), ENGINE_KV_GB (1), ENGINE_MEMORY_SAVER (1),
 ENGINE_CUDA_GRAPH (1), ENGINE_SITE (extra site-packages folders, ':'-separated),
-ENGINE_WEIGHT_SET (a weight set directory; unset: the file only).
+ENGINE_WEIGHT_SET (a weight set directory; unset: the file only),
+ENGINE_BACKEND (reference; transformers: hf_model.py, with ENGINE_COMPILE and
+ENGINE_BATCH_SIZES).
+
+Besides SGLang's /generate, POST /v1/completions (OpenAI's, greedy only;
+a list of prompts is decoded as one batch by the transformers backend) and
+GET /v1/models.
 """
 
 import concurrent.futures
@@ -421,6 +427,7 @@ class Model:
         if use_saver:
             import torch_memory_saver
             self.saver = torch_memory_saver.torch_memory_saver
+        self._import_backend()
         phases["import_s"] = round(time.time() - t, 3)
 
         t = time.time()
@@ -436,16 +443,37 @@ class Model:
         self.cfg, self.path, self.phases = cfg, path, phases
         self.paused = set()
         self.cached_ids = []  # tokens whose K/V sit in the cache, in order
-        bf16 = torch.bfloat16
-
-        # Weights: allocated inside the "weights" region, filled from the file
-        # (or generated and written on first start).
         t = time.time()
-        with self._region("weights"):
-            self.w = {n: torch.empty(s, dtype=bf16, device=self.dev) for n, s in param_shapes(cfg)}
-        if cfg["tie"]:
-            self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
+        self._alloc_weights()
         phases["weights_alloc_s"] = round(time.time() - t, 3)
+        self._fill_weights(set_dir)
+        t = time.time()
+        self._alloc_kv()
+        self._sync()
+        phases["kv_alloc_s"] = round(time.time() - t, 3)
+        self._prepare_step(use_graph)
+
+    # -- start-up steps (a backend may replace any of them) --
+
+    def _import_backend(self):
+        pass
+
+    def param_names(self):
+        return [n for n, _ in param_shapes(self.cfg)]
+
+    def _alloc_weights(self):
+        """self.w: name -> tensor for every name in param_shapes, allocated
+        inside the "weights" region, contents undefined."""
+        torch, bf16 = self.torch, self.torch.bfloat16
+        with self._region("weights"):
+            self.w = {n: torch.empty(s, dtype=bf16, device=self.dev) for n, s in param_shapes(self.cfg)}
+        if self.cfg["tie"]:
+            self.w["lm_head.weight"] = self.w["model.embed_tokens.weight"]
+
+    def _fill_weights(self, set_dir):
+        """Fill self.w: from the weight set, else the file, else generate and
+        write the file."""
+        cfg, path, phases = self.cfg, self.path, self.phases
         # A weight set (ENGINE_WEIGHT_SET) first: mapped and registered once,
         # here, so that every resume after a restore copies at PCIe speed.
         self.set_dir, self.wset, self.wset_reason, self.wset_register_s = set_dir, None, None, None
@@ -488,9 +516,10 @@ class Model:
             phases["weights_write_s"] = round(time.time() - t, 3)
         self.loaded_checksum = self.expected_checksum
 
-        # Static KV cache, in its own region; rotary tables and the decode
-        # step's inputs stay outside every region (small, never released).
-        t = time.time()
+    def _alloc_kv(self):
+        """The static KV cache, in its own region; rotary tables and the decode
+        step's inputs stay outside every region (small, never released)."""
+        torch, cfg, bf16 = self.torch, self.cfg, self.torch.bfloat16
         with self._region("kv_cache"):
             self.kv = torch.zeros(cfg["layers"], 2, cfg["kv_tokens"], cfg["kv_heads"], cfg["head_dim"],
                                   dtype=bf16, device=self.dev)
@@ -502,10 +531,10 @@ class Model:
         self.ctx_pos = torch.arange(cfg["context_len"], device=self.dev)
         self.tok_in = torch.zeros(1, dtype=torch.long, device=self.dev)
         self.pos_in = torch.zeros(1, dtype=torch.long, device=self.dev)
-        self._sync()
-        phases["kv_alloc_s"] = round(time.time() - t, 3)
 
-        # Warm up (cuBLAS handles, kernels) on a side stream, then capture.
+    def _prepare_step(self, use_graph):
+        """Warm up (cuBLAS handles, kernels) on a side stream, then capture."""
+        torch, phases = self.torch, self.phases
         t = time.time()
         if self.cuda:
             s = torch.cuda.Stream()
@@ -853,6 +882,15 @@ class Model:
         self.cached_ids = list(ids) + out_ids[:-1]
         return out_ids, p, dt
 
+    def generate_batch(self, prompts, n):
+        """The reference engine decodes one sequence at a time."""
+        t0 = time.time()
+        outs = [self.generate(ids, n)[0] for ids in prompts]
+        return outs, time.time() - t0
+
+    def backend_state(self):
+        return {"backend": "reference"}
+
     # -- memory API --
 
     def gpu_memory(self):
@@ -922,9 +960,25 @@ class Model:
 
 # ---- the engine: one worker thread owns the GPU ----------------------------------
 
+BACKENDS = ("reference", "transformers")
+
+
+def model_class(environ=None):
+    """Model, or Model with transformers' model code (hf_model.py)."""
+    env = os.environ if environ is None else environ
+    name = env.get("ENGINE_BACKEND", "").strip() or "reference"
+    if name not in BACKENDS:
+        raise SystemExit(f"gpu-engine: ENGINE_BACKEND={name!r}: want one of {', '.join(BACKENDS)}")
+    if name == "reference":
+        return Model
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import hf_model
+    return type("TransformersModel", (hf_model.Transformers, Model), {})
+
 class Engine:
     def __init__(self):
         self.cfg = model_config()
+        self.model_class = model_class()
         self.path = weights_path(self.cfg)
         self.set_dir = os.environ.get("ENGINE_WEIGHT_SET") or None
         self.use_saver = os.environ.get("ENGINE_MEMORY_SAVER", "1") != "0"
@@ -952,8 +1006,8 @@ class Engine:
                 f"KV cache {self.cfg['kv_bytes'] / GB:.2f} GB; weights {self.path}"
                 f"{', weight set ' + self.set_dir if self.set_dir else ''}; "
                 f"memory saver {'on' if self.use_saver else 'off'}, CUDA graph {'on' if self.use_graph else 'off'}")
-            self.model = Model(self.cfg, self.path, self.use_saver, self.use_graph, self.phases,
-                               set_dir=self.set_dir)
+            self.model = self.model_class(self.cfg, self.path, self.use_saver, self.use_graph, self.phases,
+                                          set_dir=self.set_dir)
             self.phases["total_s"] = round(time.time() - self.start_time, 3)
             self.identity_at_start = gpu_identity()
             self.phase = "ready"
@@ -994,6 +1048,15 @@ class Engine:
             out, cached, dt = self.model.generate(ids, n)
             self.counters["generations"] += 1
             return out, cached, dt
+        return self.call(job)
+
+    def generate_batch(self, prompts, n):
+        def job():
+            if not self.loaded:
+                return None
+            outs, dt = self.model.generate_batch(prompts, n)
+            self.counters["generations"] += 1
+            return outs, dt
         return self.call(job)
 
     def flush(self):
@@ -1045,6 +1108,7 @@ class Engine:
             return {"weights_checksum": m.expected_checksum, "loaded_checksum": m.loaded_checksum,
                     "paused": sorted(m.paused), "cached_tokens": len(m.cached_ids),
                     "weight_set": m.weight_set_state(), "reloads": list(m.reloads),
+                    "engine": m.backend_state(),
                     **m.gpu_memory(), **gpu_identity()}
         base.update(self.call(job, timeout=60))
         return base
@@ -1093,6 +1157,9 @@ class Handler(BaseHTTPRequestHandler):
                 self._reply(200, e.snapshot())
             except Exception as err:
                 self._reply(500, {"error": f"{type(err).__name__}: {err}"})
+        elif path == "/v1/models":
+            self._reply(200, {"object": "list", "data": [{"id": e.cfg["model_id"], "object": "model",
+                                                          "created": int(e.start_time), "owned_by": "rekindle"}]})
         elif path in ("/get_model_info", "/model_info"):
             self._reply(200, {"model_path": e.path, "model_id": e.cfg["model_id"], "is_generation": True,
                               "weights_checksum": e.model.expected_checksum if e.model else None})
@@ -1113,6 +1180,8 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if path == "/generate":
                 self._generate(body)
+            elif path == "/v1/completions":
+                self._completions(body)
             elif path == "/flush_cache":
                 e.flush()
                 self._reply(200, {"status": "ok", "message": "cache flushed"})
@@ -1170,6 +1239,60 @@ class Handler(BaseHTTPRequestHandler):
                 "weights_checksum": self.engine.model.loaded_checksum}
         self._reply(200, {"text": detokenize(out), "output_ids": out, "tokens": out,
                           "meta_info": meta, "meta": meta})
+
+
+    def _completions(self, body):
+        """OpenAI's /v1/completions, greedy only: prompt is a string, a list
+        of strings, a list of token ids or a list of such lists."""
+        e = self.engine
+        n = body.get("max_tokens", 16)
+        if not isinstance(n, int) or not 0 < n <= MAX_NEW_TOKENS:
+            self._reply(400, {"error": {"message": f"max_tokens must be an integer in 1..{MAX_NEW_TOKENS}",
+                                        "type": "invalid_request_error"}})
+            return
+        bad = [k for k, ok in (("temperature", lambda v: v in (0, 0.0, None)), ("n", lambda v: v in (1, None)),
+                               ("stream", lambda v: v in (False, None)), ("best_of", lambda v: v in (1, None)))
+               if k in body and not ok(body[k])]
+        if bad:
+            self._reply(400, {"error": {"message": f"{', '.join(bad)}: this engine decodes greedily, one choice "
+                                                   "per prompt, without streaming (temperature 0, n 1, stream false)",
+                                        "type": "invalid_request_error"}})
+            return
+        p = body.get("prompt")
+        vocab = e.cfg["vocab"]
+        is_ids = lambda x: isinstance(x, list) and x and all(isinstance(t, int) and 0 <= t < vocab for t in x)
+        if isinstance(p, str) and p:
+            prompts = [tokenize(p)]
+        elif is_ids(p):
+            prompts = [p]
+        elif isinstance(p, list) and p and all(isinstance(x, str) and x for x in p):
+            prompts = [tokenize(x) for x in p]
+        elif isinstance(p, list) and p and all(is_ids(x) for x in p):
+            prompts = list(p)
+        else:
+            self._reply(400, {"error": {"message": "prompt must be a non-empty string, list of strings, "
+                                                   "list of token ids or list of such lists",
+                                        "type": "invalid_request_error"}})
+            return
+        try:
+            r = e.generate_batch(prompts, n)
+        except ValueError as err:
+            self._reply(400, {"error": {"message": str(err), "type": "invalid_request_error"}})
+            return
+        if r is None:
+            self._reply(503, {"error": {"message": "memory released; POST /resume_memory_occupation first",
+                                        "type": "unavailable"}})
+            return
+        outs, dt = r
+        used = sum(len(x) for x in prompts)
+        self._reply(200, {
+            "id": "cmpl-" + hashlib.sha256(json.dumps([prompts, n]).encode()).hexdigest()[:24],
+            "object": "text_completion", "created": int(time.time()), "model": e.cfg["model_id"],
+            "choices": [{"index": i, "text": detokenize(o), "token_ids": o, "logprobs": None,
+                         "finish_reason": "length"} for i, o in enumerate(outs)],
+            "usage": {"prompt_tokens": used, "completion_tokens": n * len(outs),
+                      "total_tokens": used + n * len(outs)},
+            "latency_s": round(dt, 4)})
 
 
 def serve():

@@ -356,3 +356,58 @@ def test_reload_takes_the_set_and_falls_back_to_the_file(tmp_path, torch_ok, mon
     phases = {}
     m = server.Model(cfg, path, False, False, phases, set_dir=str(tmp_path / "absent"))
     assert phases["weights_source"] == "file" and "does not exist" in m.wset_reason
+
+
+# ---- the transformers backend (hf_model.py) ----------------------------------------
+
+def test_backend_settings_say_which():
+    import hf_model
+    assert server.model_class({}) is server.Model
+    with pytest.raises(SystemExit, match="ENGINE_BACKEND"):
+        server.model_class({"ENGINE_BACKEND": "vllm"})
+    assert hf_model.batch_sizes({}) == [1, 2, 4]
+    assert hf_model.batch_sizes({"ENGINE_BATCH_SIZES": "8, 1,1"}) == [1, 8]
+    for bad in ("0", "two", "1,,x", "512"):
+        with pytest.raises(SystemExit, match="ENGINE_BATCH_SIZES"):
+            hf_model.batch_sizes({"ENGINE_BATCH_SIZES": bad})
+    assert hf_model.compile_mode({}) == "max-autotune-no-cudagraphs"
+    assert hf_model.compile_mode({"ENGINE_COMPILE": "none"}) is None
+    # Modes with inductor's own CUDA graphs would put them outside the memory saver's region.
+    for bad in ("reduce-overhead", "max-autotune", "fast"):
+        with pytest.raises(SystemExit, match="ENGINE_COMPILE"):
+            hf_model.compile_mode({"ENGINE_COMPILE": bad})
+
+
+@pytest.fixture(scope="module")
+def transformers_ok():
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+
+
+def test_transformers_engine_on_cpu_batches_and_answers_openai_completions(tmp_path, transformers_ok):
+    # Eager: inductor's C++ compile on a CPU takes minutes; the GPU suite compiles.
+    base, proc = start(tmp_path, ENGINE_BACKEND="transformers", ENGINE_COMPILE="none",
+                       ENGINE_BATCH_SIZES="1,2", ENGINE_CUDA_GRAPH="0")
+    try:
+        st = call(base + "/state")[1]
+        assert st["engine"]["backend"] == "transformers" and st["engine"]["batch_sizes"] == [1, 2]
+        assert "first_token_s" in st["cold_start"] and "compile_s" in st["cold_start"]
+        one = call(base + "/v1/completions", "POST", {"prompt": "kavo lipu", "max_tokens": 6})[1]
+        assert one["object"] == "text_completion" and one["usage"]["completion_tokens"] == 6
+        both = call(base + "/v1/completions", "POST", {"prompt": ["ba", "kavo lipu"], "max_tokens": 6})[1]
+        # Left padding and the mask make a batched prompt decode as it does alone.
+        assert both["choices"][1]["token_ids"] == one["choices"][0]["token_ids"]
+        gen = call(base + "/generate", "POST", {"text": "kavo lipu", "sampling_params": {"max_new_tokens": 6}})[1]
+        assert gen["output_ids"] == one["choices"][0]["token_ids"]
+        assert call(base + "/v1/completions", "POST", {"prompt": ["a", "b", "c"], "max_tokens": 2})[0] == 400
+        assert call(base + "/v1/completions", "POST", {"prompt": "a", "temperature": 0.8})[0] == 400
+        assert call(base + "/v1/completions", "POST", {"prompt": 7})[0] == 400
+        assert call(base + "/v1/models")[1]["data"][0]["id"] == st["model_id"]
+        # Release and resume reload the weights into transformers' parameters.
+        assert call(base + "/release_memory_occupation", "POST", {})[0] == 200
+        assert call(base + "/resume_memory_occupation", "POST", {})[0] == 200
+        again = call(base + "/v1/completions", "POST", {"prompt": "kavo lipu", "max_tokens": 6})[1]
+        assert again["choices"][0]["token_ids"] == one["choices"][0]["token_ids"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)

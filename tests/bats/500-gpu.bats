@@ -12,6 +12,8 @@
 # $REKINDLE_WHEELS (default: the repo's .whl/).
 #
 #   REKINDLE_GPU_ENGINE_GB   model size (default 4)
+#   REKINDLE_HF_ENGINE_GB    model size of the hf-engine (transformers, torch.compile; default 1)
+#   REKINDLE_HF_BATCH_SIZES  its decode batch sizes, each compiled and captured (image default: 1,2,4)
 #   REKINDLE_GPU_WEIGHTS     host folder for the weights files (default /var/tmp/rekindle-weights),
 #                            kept between runs: a second run loads instead of generating
 #   REKINDLE_PYTHON          host interpreter with torch (default python3)
@@ -19,6 +21,7 @@
 load helpers
 
 GPU_IMAGE=rekindle.local/gpu-engine:latest
+HF_IMAGE=rekindle.local/hf-engine:latest
 ENGINE_FLAGS=()
 PROMPT='{"text": "Rekindle restores warm GPU engines in seconds.", "sampling_params": {"max_new_tokens": 32}}'
 GPU_GB=${REKINDLE_GPU_ENGINE_GB:-4}
@@ -81,6 +84,7 @@ gpu_setup() {
 		done
 		[ -f "$tar" ] || die "gpu-engine.tar is in neither $IMAGES nor $BIN/../images: run 'make build/images/gpu-engine.tar' (scripts/gpu-bundle.sh packs it)"
 		run_nerdctl load -i "$tar"
+		[ ! -f "$(dirname "$tar")/hf-engine.tar" ] || run_nerdctl load -i "$(dirname "$tar")/hf-engine.tar"
 		mkdir -p "$WEIGHTS"
 		PYTHONPATH=${site}${PYTHONPATH:+:$PYTHONPATH} "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
 			>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
@@ -120,7 +124,7 @@ roundtrip() {
 	port=$(free_port)
 
 	t=$EPOCHREALTIME
-	run_gpu_engine "$name" "$from" "$port" "$GPU_IMAGE"
+	run_gpu_engine "$name" "$from" "$port" "${IMAGE_UNDER_TEST:-$GPU_IMAGE}"
 	wait_for "the GPU engine on port $port to be healthy" 900 engine GET "$port" /health
 	local cold
 	cold=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
@@ -131,6 +135,10 @@ roundtrip() {
 	local before after
 	before=$(engine POST "$port" /generate "$PROMPT" | jq -c .output_ids)
 	[ -n "$before" ] && [ "$before" != null ] || die "no tokens before the checkpoint"
+	local batch_before=
+	if [ -n "${COMPLETIONS:-}" ]; then
+		batch_before=$(engine POST "$port" /v1/completions "$COMPLETIONS" | jq -c '[.choices[].token_ids]')
+	fi
 
 	echo "$image" >>"$BATS_TEST_TMPDIR/images"
 	t=$EPOCHREALTIME
@@ -162,6 +170,10 @@ roundtrip() {
 	say "restore on GPU $to: nerdctl run ${run_wall}s, woken after ${woke}s (resume $(jq -r .resume_seconds <<<"$status")s; engine: $(jq -c .last_resume "$BATS_TEST_TMPDIR/state1.json")), first generate ${first}s"
 
 	is "$after" "$before" "greedy tokens after the restore"
+	if [ -n "${COMPLETIONS:-}" ]; then
+		is "$(engine POST "$port2" /v1/completions "$COMPLETIONS" | jq -c '[.choices[].token_ids]')" "$batch_before" \
+			"a batch through /v1/completions after the restore"
+	fi
 	local s0=$BATS_TEST_TMPDIR/state0.json s1=$BATS_TEST_TMPDIR/state1.json
 	is "$(jq -r .start_time "$s1")" "$(jq -r .start_time "$s0")" "same engine process: restored, not restarted"
 	is "$(jq -r .pid "$s1")" "$(jq -r .pid "$s0")" "same pid in the container"
@@ -239,4 +251,25 @@ weight_set() {
 	size=$(jq -r .size "$CK_JSON")
 	setbytes=$(jq -r .bytes "$set/rekindle-set.json")
 	[ "$size" -lt "$setbytes" ] || die "checkpoint image is $size bytes, the set $setbytes: the set's bytes went into it"
+}
+
+# bats test_tags=gpu
+@test "hf-engine: transformers, torch.compile and CUDA graphs; checkpoint, restore, same tokens, nothing compiled again" {
+	skip_if_no_gpu
+	skip_if_no_gpu_stack
+	gpu_setup
+	run_nerdctl image inspect "$HF_IMAGE"
+	export CK_JSON=$BATS_TEST_TMPDIR/ck.json
+	IMAGE_UNDER_TEST=$HF_IMAGE GPU_GB=${REKINDLE_HF_ENGINE_GB:-1}
+	[ -z "${REKINDLE_HF_BATCH_SIZES:-}" ] || ENGINE_FLAGS=(--env="ENGINE_BATCH_SIZES=$REKINDLE_HF_BATCH_SIZES")
+	COMPLETIONS='{"prompt": ["Rekindle restores", "warm GPU engines in seconds, compiled once"], "max_tokens": 24}'
+	roundtrip 0 0 -hf
+	local s0=$BATS_TEST_TMPDIR/state0.json s1=$BATS_TEST_TMPDIR/state1.json
+	is "$(jq -r .engine.backend "$s0")" "transformers" "the engine runs transformers' model code"
+	say "hf-engine: transformers $(jq -r .engine.transformers "$s0"), torch $(jq -r .engine.torch "$s0"), compile $(jq -r .engine.compile_mode "$s0"), graphs for batch sizes $(jq -c .engine.graphs "$s0")"
+	say "hf-engine compile at ready: $(jq -c .engine.compile_at_ready "$s0")"
+	[ "$(jq -r .engine.compile_at_ready.frames_compiled "$s0")" -gt 0 ] || die "nothing was compiled at the cold start"
+	is "$(jq -c .engine.compile_now "$s1")" "$(jq -c .engine.compile_at_ready "$s0")" \
+		"torch.compile's counters after the restore and two generations (nothing compiled again)"
+	is "$(jq -c .engine.graphs "$s1")" "$(jq -c .engine.graphs "$s0")" "the captured CUDA graphs survive the restore"
 }
