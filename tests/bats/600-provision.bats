@@ -267,7 +267,7 @@ EOF
 @test "containerd_import edits only the imports line, whatever its shape" {
 	local py
 	py=$(sed -n '1s/^#! *//p' "$(command -v ansible-playbook)")
-	PYTHONPATH=$ANSIBLE_DIR/roles/containerd/library run_cmd "$py" - <<'PY'
+	PYTHONDONTWRITEBYTECODE=1 PYTHONPATH=$ANSIBLE_DIR/roles/containerd/library run_cmd "$py" - <<'PY'
 import tomllib
 from containerd_import import add_import
 
