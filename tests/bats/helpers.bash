@@ -153,6 +153,12 @@ is() {
 	die "$what"
 }
 
+# logged PATTERN: containerd's log (of this file's stack) has a line
+# matching the basic regex PATTERN.
+logged() {
+	grep -q -- "$1" "$RK_DIR/containerd.log" || die "containerd did not log: $1"
+}
+
 # gone PID...: every PID has exited (a zombie counts).
 gone() {
 	local p
