@@ -1,0 +1,199 @@
+#!/usr/bin/env bats
+# A checkpoint image that this host cannot restore (containerd-patches/0011):
+# made with `oci-checkpoint create --fallback cold`, it starts cold from its
+# base image with the checkpointed container's own command and environment,
+# through nerdctl and through CRI, and containerd says so in its log and an
+# event; made without, the run fails with the reason and leaves nothing.
+#
+# The host that "cannot restore" is this one: the image's recorded CPU flags
+# get avx9000, a flag no CPU has, as a checkpoint taken on a newer CPU would
+# record a flag this one lacks.
+
+load helpers
+load cri
+
+setup_file() {
+	need_built oci-checkpoint crictl
+	cri_up
+	load_image base
+	load_image cpu-engine
+}
+
+teardown() {
+	[ -n "${RK_DIR:-}" ] || return 0
+	[ -n "${EVENTS_PID:-}" ] && kill "$EVENTS_PID" 2>/dev/null
+	cri rmp --all --force >/dev/null 2>&1
+	local n=("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR") c
+	for c in $("${n[@]}" ps -aq 2>/dev/null); do
+		"${n[@]}" rm -f "$c" >/dev/null 2>&1 || true
+	done
+	true
+}
+
+teardown_file() {
+	stack_down
+}
+
+# needs_avx9000 IN.tar OUT.tar NAME: the checkpoint image archive IN.tar
+# (oci-checkpoint create --output) as NAME, its recorded CPU flags with
+# avx9000 added.
+needs_avx9000() {
+	oci_python - "$@" <<-'PY'
+		import sys
+		import oci_tar
+		src, dst, name = sys.argv[1:4]
+		index, a = oci_tar.read(src)
+		desc = index["manifests"][0]
+		man = a.get_json(desc["digest"])
+		man["annotations"]["org.rekindle.cpu.flags"] += ",avx9000"
+		desc.update(a.add_json(man))
+		desc["annotations"] = oci_tar.image_name(name)
+		a.write(dst, [desc])
+	PY
+}
+
+# checkpoint_for_this_host_not NS CONTAINER NAME [create flags...]: checkpoint
+# CONTAINER (in containerd namespace NS) into an archive, make it need
+# avx9000 and import it as NAME into NS.
+checkpoint_for_this_host_not() {
+	local ns=$1 ctr=$2 name=$3
+	shift 3
+	run_cmd "$BIN/oci-checkpoint" -n "$ns" create "$@" --output "oci-archive:$BATS_TEST_TMPDIR/ckpt.tar" "$ctr" "$name"
+	needs_avx9000 "$BATS_TEST_TMPDIR/ckpt.tar" "$BATS_TEST_TMPDIR/needs.tar" "$name"
+	run_cmd "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n "$ns" images import "$BATS_TEST_TMPDIR/needs.tar"
+	rm -f "$BATS_TEST_TMPDIR/ckpt.tar" "$BATS_TEST_TMPDIR/needs.tar"
+}
+
+# events_up: `ctr events` into $BATS_TEST_TMPDIR/events, subscribed before
+# this returns (an image tag's event has come through).
+events_up() {
+	EVENTS=$BATS_TEST_TMPDIR/events
+	"$BIN/ctr" --address "$RK_DIR/containerd.sock" events >"$EVENTS" 2>&1 3>&- &
+	EVENTS_PID=$!
+	local c=("$BIN/ctr" --address "$RK_DIR/containerd.sock") probe=rekindle.local/events-probe:1 i
+	for ((i = 0; i < 50; i++)); do
+		"${c[@]}" images tag --force "$BASE_IMAGE" "$probe" >/dev/null
+		"${c[@]}" images rm "$probe" >/dev/null
+		grep -q "$probe" "$EVENTS" && return 0
+		sleep 0.2
+	done
+	die "ctr events shows no event"
+}
+
+# fallback_event CONTAINER: the restore-fallback event of CONTAINER, as ctr
+# events printed it (its JSON).
+fallback_event() {
+	wait_for "the restore-fallback event of $1" 10 grep -q "/tasks/restore-fallback.*\"$1\"" "$EVENTS"
+	grep "/tasks/restore-fallback.*\"$1\"" "$EVENTS" | head -1 | sed 's|.*/tasks/restore-fallback ||'
+}
+
+@test "nerdctl run: an image this host cannot restore, made with --fallback cold, starts cold from its base image" {
+	local port image=rekindle.local/ckpt:fallback-cold
+	port=$(free_port)
+	start_engine fsrc "$port"
+	local before started
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
+	started=$(state_of "$port" start_time)
+	checkpoint_for_this_host_not default fsrc "$image" --fallback cold
+	run_nerdctl rm -f fsrc
+
+	run_cmd "$BIN/oci-checkpoint" inspect --json "$image"
+	is "$(sed -n '/^{/,/^}/p' <<<"$output" | jq -r '.annotations["org.rekindle.restore.fallback"]')" "cold" "fallback annotation"
+	run_cmd 1 "$BIN/oci-checkpoint" check "$image"
+	[[ $output == *"lacks avx9000"* ]] || die "check does not name the missing flag"
+
+	events_up
+	port=$(free_port)
+	run_nerdctl run -d --name fdst -p "127.0.0.1:$port:30000" "$image"
+	local id=$output
+	wait_healthy "$port"
+	# A fresh engine: started now, from the base image, not the restored one.
+	[ "$(state_of "$port" start_time)" != "$started" ] || die "the engine was restored, not started cold"
+	run_nerdctl 1 exec fdst test -e /.rekindle/wake
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "the cold engine's greedy output"
+
+	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000, which the checkpointed process may use; starting cold from base image $ENGINE_IMAGE (fallback cold)"
+	local ev
+	ev=$(fallback_event "$id")
+	echo "event: $ev" >&2
+	is "$(jq -r .image <<<"$ev")" "$ENGINE_IMAGE" "event: the base image"
+	is "$(jq -r '.labels["checkpoint.image"]' <<<"$ev")" "$image" "event: the checkpoint image"
+	is "$(jq -r .labels.fallback <<<"$ev")" "cold" "event: the fallback"
+	[[ $(jq -r .labels.reasons <<<"$ev") == *"lacks avx9000"* ]] || die "the event does not give the reason"
+}
+
+@test "nerdctl run: an image this host cannot restore, made without --fallback, fails with the reason and leaves nothing running" {
+	local port image=rekindle.local/ckpt:fallback-none
+	port=$(free_port)
+	start_engine nsrc "$port"
+	checkpoint_for_this_host_not default nsrc "$image"
+	run_nerdctl rm -f nsrc
+
+	run_cmd "$BIN/oci-checkpoint" inspect --json "$image"
+	is "$(sed -n '/^{/,/^}/p' <<<"$output" | jq -r '.annotations["org.rekindle.restore.fallback"]')" "null" "no fallback annotation by default"
+	run_cmd 1 "$BIN/oci-checkpoint" check "$image"
+	[[ $output == *"lacks avx9000"* ]] || die "check does not name the missing flag"
+
+	run_nerdctl '?' run -d --name ndst -p "127.0.0.1:$port:30000" "$image"
+	[ "$status" -ne 0 ] || die "nerdctl run of an image this host cannot restore succeeded"
+	[[ $output == *"cannot be restored on this host: this host's CPU lacks avx9000"* ]] || die "the error does not name the missing flag"
+	[[ $output == *"org.rekindle.restore.fallback=cold"* ]] || die "the error does not say how to start cold"
+	run_nerdctl ps -q --filter name=ndst
+	is "$output" "" "no container running"
+	! engine GET "$port" /health 2>/dev/null || die "an engine answers on port $port"
+	! grep -q "restoring checkpoint image $image .*starting cold" "$RK_DIR/containerd.log" || die "containerd started it cold"
+}
+
+@test "crictl: an image this host cannot restore, made with --fallback cold, starts cold in its pod" {
+	local port image=rekindle.local/ckpt:cri-fallback-cold
+	port=$(free_port)
+	run_engine_pod csrc "$ENGINE_IMAGE" "$port"
+	wait_healthy "$port"
+	local before started
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
+	started=$(state_of "$port" start_time)
+	checkpoint_for_this_host_not k8s.io "$CTR" "$image" --port "$port" --fallback cold
+	cri_do rmp --force "$POD"
+
+	events_up
+	create_from_image cdst "$image" "$port"
+	cri_do start "$CTR"
+	wait_healthy "$port"
+	[ "$(state_of "$port" start_time)" != "$started" ] || die "the engine was restored, not started cold"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "the cold engine's greedy output"
+	run_cmd 1 "$BIN/crictl" --config "$CRICTL_CONFIG" exec "$CTR" test -e /.rekindle/wake
+
+	local info
+	info=$(cri inspect "$CTR" 2>/dev/null)
+	is "$(jq -r .status.state <<<"$info")" "CONTAINER_RUNNING" "cold container state"
+	is "$(jq -r .status.annotations.restored <<<"$info")" "false" "restored annotation"
+	is "$(jq -r .status.annotations.restoreFallback <<<"$info")" "cold" "restoreFallback annotation"
+	is "$(jq -r .status.annotations.checkpointImage <<<"$info")" "$image" "checkpointImage annotation"
+	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000, which the checkpointed process may use; starting cold from base image $ENGINE_IMAGE (fallback cold)"
+	! grep -q "Restored container $CTR successfully" "$RK_DIR/containerd.log" || die "CRI restored the container"
+	local ev
+	ev=$(fallback_event "$CTR")
+	echo "event: $ev" >&2
+	is "$(jq -r '.labels["checkpoint.image"]' <<<"$ev")" "$image" "event: the checkpoint image"
+	[[ $(jq -r .labels.reasons <<<"$ev") == *"lacks avx9000"* ]] || die "the event does not give the reason"
+}
+
+@test "crictl: an image this host cannot restore, made without --fallback, fails CreateContainer with the reason" {
+	local port image=rekindle.local/ckpt:cri-fallback-none
+	port=$(free_port)
+	run_engine_pod xsrc "$ENGINE_IMAGE" "$port"
+	wait_healthy "$port"
+	checkpoint_for_this_host_not k8s.io "$CTR" "$image" --port "$port"
+	cri_do rmp --force "$POD"
+
+	local pod ctr err=$BATS_TEST_TMPDIR/create.err
+	pod=$(pod_config xdst)
+	ctr=$(engine_config "$image" "$port")
+	cri_do runp "$pod"
+	! cri create "$output" "$ctr" "$pod" 2>"$err" || die "crictl create of an image this host cannot restore succeeded"
+	cat "$err" >&2
+	grep -q "cannot be restored on this host: this host's CPU lacks avx9000" "$err" || die "the error does not name the missing flag"
+	is "$(cri ps -a -q 2>/dev/null)" "" "no container created"
+}
