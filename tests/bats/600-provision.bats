@@ -2,8 +2,10 @@
 # Provisioning: ansible/ is lint-clean, the systemd units verify, the playbook
 # provisions this machine for real (local connection, CPU only, everything
 # under a private root so the host is left alone) and changes nothing on a
-# second run, and the stack it installed works. The GPU tasks run in check
-# mode against a fake driver. scripts/cache-gc.sh prunes checkpoint cache
+# second run, and the stack it installed works. The containerd role keeps a
+# kubeadm node's configuration, adding only the import of Rekindle's drop-in,
+# and refuses one it cannot merge. The GPU tasks run in check mode against a
+# fake driver. scripts/cache-gc.sh prunes checkpoint cache
 # entries in a real containerd.
 
 load helpers
