@@ -46,9 +46,7 @@ func connect(cc *cli.Context) (*client.Client, context.Context, context.CancelFu
 	if _, err := os.Stat(addr); err != nil {
 		return nil, nil, nil, fmt.Errorf("no containerd socket at %s: start containerd, or pass --address / CONTAINERD_ADDRESS", addr)
 	}
-	// The default namespace also covers the few calls made without the
-	// command's context (writing config.dump reads the base image's config).
-	c, err := client.New(addr, client.WithTimeout(10*time.Second), client.WithDefaultNamespace(cc.String("namespace")))
+	c, err := client.New(addr, client.WithTimeout(10*time.Second))
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connect to containerd at %s: %w", addr, err)
 	}

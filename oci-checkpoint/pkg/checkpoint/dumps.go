@@ -62,7 +62,7 @@ func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Cont
 // checkpoint annotations go into spec.dump's annotations too: checkpointctl
 // reads the archive, never the manifest, and shows them from there.
 // config.dump carries podman's fields beside checkpointctl's (podman.go).
-func writeDumps(ctr client.Container, info containers.Container, base client.Image, dir string, at time.Time, std map[string]string) error {
+func writeDumps(ctx context.Context, ctr client.Container, info containers.Container, base client.Image, dir string, at time.Time, std map[string]string) error {
 	if info.Spec == nil {
 		return fmt.Errorf("container %s has no spec", ctr.ID())
 	}
@@ -80,8 +80,7 @@ func writeDumps(ctr client.Container, info containers.Container, base client.Ima
 	if err != nil {
 		return err
 	}
-	// writeDumps has no context: the client's default namespace applies.
-	baseConfig, err := base.Config(context.Background())
+	baseConfig, err := base.Config(ctx)
 	if err != nil {
 		return fmt.Errorf("base image %s: its config: %w", info.Image, err)
 	}

@@ -29,7 +29,7 @@ func (cr *creation) pack() error {
 		return fmt.Errorf("base image %s of the container: %w (it must stay in the image store while checkpointing)", cr.info.Image, err)
 	}
 	std := cr.standard(base)
-	if err := writeDumps(cr.ctr, cr.info, base, cr.archiveDir, cr.checkpointedAt, std); err != nil {
+	if err := writeDumps(cr.ctx, cr.ctr, cr.info, base, cr.archiveDir, cr.checkpointedAt, std); err != nil {
 		return err
 	}
 	ann := cr.annotations(std)
