@@ -52,16 +52,26 @@ needs_avx9000() {
 	PY
 }
 
-# checkpoint_for_this_host_not NS CONTAINER NAME [create flags...]: checkpoint
-# CONTAINER (in containerd namespace NS) into an archive, make it need
-# avx9000 and import it as NAME into NS.
-checkpoint_for_this_host_not() {
-	local ns=$1 ctr=$2 name=$3
+# checkpoint_imported NS CONTAINER NAME [create flags...]: checkpoint
+# CONTAINER (in containerd namespace NS) into an archive and import it as
+# NAME into NS, unpacked, as a pull would leave it; with NEEDS_AVX9000 set,
+# the image needs avx9000.
+checkpoint_imported() {
+	local ns=$1 ctr=$2 name=$3 tar=$BATS_TEST_TMPDIR/ckpt.tar
 	shift 3
-	run_cmd "$BIN/oci-checkpoint" -n "$ns" create "$@" --output "oci-archive:$BATS_TEST_TMPDIR/ckpt.tar" "$ctr" "$name"
-	needs_avx9000 "$BATS_TEST_TMPDIR/ckpt.tar" "$BATS_TEST_TMPDIR/needs.tar" "$name"
-	run_cmd "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n "$ns" images import "$BATS_TEST_TMPDIR/needs.tar"
-	rm -f "$BATS_TEST_TMPDIR/ckpt.tar" "$BATS_TEST_TMPDIR/needs.tar"
+	run_cmd "$BIN/oci-checkpoint" -n "$ns" create "$@" --output "oci-archive:$tar" "$ctr" "$name"
+	if [ -n "${NEEDS_AVX9000:-}" ]; then
+		needs_avx9000 "$tar" "$BATS_TEST_TMPDIR/needs.tar" "$name"
+		mv "$BATS_TEST_TMPDIR/needs.tar" "$tar"
+	fi
+	run_cmd "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n "$ns" images import "$tar"
+	rm -f "$tar"
+}
+
+# checkpoint_for_this_host_not NS CONTAINER NAME [create flags...]:
+# checkpoint_imported, the image needing avx9000.
+checkpoint_for_this_host_not() {
+	NEEDS_AVX9000=1 checkpoint_imported "$@"
 }
 
 # events_up: `ctr events` into $BATS_TEST_TMPDIR/events, subscribed before
@@ -196,4 +206,65 @@ fallback_event() {
 	cat "$err" >&2
 	grep -q "cannot be restored on this host: this host's CPU lacks avx9000" "$err" || die "the error does not name the missing flag"
 	is "$(cri ps -a -q 2>/dev/null)" "" "no container created"
+}
+
+# break_criu_images IMAGE: remove inventory.img from the CRIU images of
+# checkpoint IMAGE (uncompressed, unpacked by the import) where the restore
+# reads them, in the image's snapshot, so that CRIU fails to restore it on a
+# host that passes the preflight.
+break_criu_images() {
+	local layer dir
+	layer=$("$BIN/oci-checkpoint" inspect --json "$1" | sed -n '/^{/,/^}/p' | jq -r .layer_digest)
+	run_ctr snapshots view fallback-break "$layer"
+	run_ctr snapshots mounts /mnt fallback-break
+	dir=$(grep -o '/[^ ]*/snapshots/[0-9]*/fs' <<<"$output" | head -1)
+	run_ctr snapshots rm fallback-break
+	[ -f "$dir/checkpoint/inventory.img" ] || die "no CRIU images of $1 in '$dir'"
+	rm "$dir/checkpoint/inventory.img"
+}
+
+@test "nerdctl run: a restore that CRIU fails, of an image made with --fallback cold, starts cold" {
+	local port image=rekindle.local/ckpt:criu-fails-cold
+	port=$(free_port)
+	start_engine csrc "$port"
+	local before started
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
+	started=$(state_of "$port" start_time)
+	checkpoint_imported default csrc "$image" --fallback cold
+	run_nerdctl rm -f csrc
+	run_cmd "$BIN/oci-checkpoint" check "$image"
+	break_criu_images "$image"
+
+	events_up
+	port=$(free_port)
+	run_nerdctl run -d --name cdst -p "127.0.0.1:$port:30000" "$image"
+	local id=$output
+	wait_healthy "$port"
+	[ "$(state_of "$port" start_time)" != "$started" ] || die "the engine was restored, not started cold"
+	run_nerdctl 1 exec cdst test -e /.rekindle/wake
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "the cold engine's greedy output"
+	is "$(run_nerdctl inspect cdst; jq -r '.[0].State.Status' <<<"$output")" "running" "container state"
+
+	logged "restoring checkpoint image $image failed in the runtime: the runtime failed to restore it: .*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
+	local ev
+	ev=$(fallback_event "$id")
+	echo "event: $ev" >&2
+	is "$(jq -r '.labels["checkpoint.image"]' <<<"$ev")" "$image" "event: the checkpoint image"
+	[[ $(jq -r .labels.reasons <<<"$ev") == *"the runtime failed to restore it"* ]] || die "the event does not give the reason"
+}
+
+@test "nerdctl run: a restore that CRIU fails, of an image made without --fallback, fails" {
+	local port image=rekindle.local/ckpt:criu-fails-none
+	port=$(free_port)
+	start_engine fnsrc "$port"
+	checkpoint_imported default fnsrc "$image"
+	run_nerdctl rm -f fnsrc
+	break_criu_images "$image"
+
+	run_nerdctl '?' run -d --name fndst -p "127.0.0.1:$port:30000" "$image"
+	[ "$status" -ne 0 ] || die "nerdctl run of an image CRIU cannot restore succeeded"
+	run_nerdctl ps -q --filter name=fndst
+	is "$output" "" "no container running"
+	! grep -q "restoring checkpoint image $image .*starting cold" "$RK_DIR/containerd.log" || die "containerd started it cold"
 }
