@@ -14,6 +14,7 @@
 #   REKINDLE_GPU_ENGINE_GB   model size (default 4)
 #   REKINDLE_HF_ENGINE_GB    model size of the hf-engine (transformers, torch.compile; default 1)
 #   REKINDLE_HF_BATCH_SIZES  its decode batch sizes, each compiled and captured (image default: 1,2,4)
+#   REKINDLE_GPU_COLD_TIMEOUT  seconds a cold start may take before the test fails (900)
 #   REKINDLE_GPU_WEIGHTS     host folder for the weights files (default /var/tmp/rekindle-weights),
 #                            kept between runs: a second run loads instead of generating
 #   REKINDLE_PYTHON          host interpreter with torch (default python3)
@@ -125,7 +126,7 @@ roundtrip() {
 
 	t=$EPOCHREALTIME
 	run_gpu_engine "$name" "$from" "$port" "${IMAGE_UNDER_TEST:-$GPU_IMAGE}"
-	wait_for "the GPU engine on port $port to be healthy" 900 engine GET "$port" /health
+	wait_for "the GPU engine on port $port to be healthy" "${REKINDLE_GPU_COLD_TIMEOUT:-900}" engine GET "$port" /health
 	local cold
 	cold=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
 	engine GET "$port" /state >"$BATS_TEST_TMPDIR/state0.json"

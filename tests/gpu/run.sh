@@ -39,7 +39,7 @@ export REKINDLE_CUDA_CHECKPOINT_LOG=$out/cuda-checkpoint.log
 nvidia-ctk cdi list
 criu check || echo "warning: criu check failed"
 export REKINDLE_BATS_FILES=${REKINDLE_BATS_FILES:-tests/bats/500-gpu.bats}
-export REKINDLE_BATS_FLAGS=--no-tempdir-cleanup
+export REKINDLE_BATS_FLAGS="--no-tempdir-cleanup ${REKINDLE_BATS_FLAGS:-}"
 "$root/tests/run.sh"
 rc=$?
 # Every log the tests kept (containerd's, the containers'), in one archive:
