@@ -5,7 +5,7 @@
 # Logs go to $OUT (or ./gpu-out) so they can be brought back.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
-bundle=${1:?usage: $0 BUNDLE.tar.xz}
+bundle=${1:?usage: $0 BUNDLE.tar.xz (or - : the host is prepared already, e.g. by an earlier run)}
 out=${OUT:-$root/gpu-out}
 opt=/opt/rekindle
 mkdir -p "$out" "$opt"
@@ -14,7 +14,9 @@ exec > >(tee "$out/run.log") 2>&1
 echo "== host"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv
 uname -r
-"$root/tests/gpu/prepare.sh" "$bundle" "$out/cdi.log" || { tail "$out/cdi.log"; exit 1; }
+if [ "$bundle" != - ]; then
+	"$root/tests/gpu/prepare.sh" "$bundle" "$out/cdi.log" || { tail "$out/cdi.log"; exit 1; }
+fi
 # runc keeps CRIU's dump.log and restore.log only until the shim cleans up:
 # a wrapper copies them out, so a failed restore can be read afterwards.
 criulogs=/tmp/rekindle-test-criu-logs
