@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
-# A checkpoint image that this host cannot restore (containerd-patches/0011):
-# made with `oci-checkpoint create --fallback cold`, it starts cold from its
-# base image with the checkpointed container's own command and environment,
+# A checkpoint image that this host cannot restore (containerd-patches/0011),
+# or whose restore CRIU fails (0012 through nerdctl, 0013 through CRI): made
+# with `oci-checkpoint create --fallback cold`, it starts cold from its base
+# image with the checkpointed container's own command and environment,
 # through nerdctl and through CRI, and containerd says so in its log and an
 # event; made without, the run fails with the reason and leaves nothing.
 #
@@ -208,17 +209,19 @@ fallback_event() {
 	is "$(cri ps -a -q 2>/dev/null)" "" "no container created"
 }
 
-# break_criu_images IMAGE: remove inventory.img from the CRIU images of
-# checkpoint IMAGE (uncompressed, unpacked by the import) where the restore
-# reads them, in the image's snapshot, so that CRIU fails to restore it on a
-# host that passes the preflight.
+# break_criu_images IMAGE [NS]: remove inventory.img from the CRIU images of
+# checkpoint IMAGE (uncompressed, unpacked by the import) in containerd
+# namespace NS (default) where the restore reads them, in the image's
+# snapshot, so that CRIU fails to restore it on a host that passes the
+# preflight.
 break_criu_images() {
-	local layer dir
-	layer=$("$BIN/oci-checkpoint" inspect --json "$1" | sed -n '/^{/,/^}/p' | jq -r .layer_digest)
-	run_ctr snapshots view fallback-break "$layer"
-	run_ctr snapshots mounts /mnt fallback-break
+	local layer dir ns=${2:-default}
+	local c=("$BIN/ctr" --address "$RK_DIR/containerd.sock" -n "$ns")
+	layer=$("$BIN/oci-checkpoint" -n "$ns" inspect --json "$1" | sed -n '/^{/,/^}/p' | jq -r .layer_digest)
+	run_cmd "${c[@]}" snapshots view fallback-break "$layer"
+	run_cmd "${c[@]}" snapshots mounts /mnt fallback-break
 	dir=$(grep -o '/[^ ]*/snapshots/[0-9]*/fs' <<<"$output" | head -1)
-	run_ctr snapshots rm fallback-break
+	run_cmd "${c[@]}" snapshots rm fallback-break
 	[ -f "$dir/checkpoint/inventory.img" ] || die "no CRIU images of $1 in '$dir'"
 	rm "$dir/checkpoint/inventory.img"
 }
@@ -267,4 +270,80 @@ break_criu_images() {
 	run_nerdctl ps -q --filter name=fndst
 	is "$output" "" "no container running"
 	! grep -q "restoring checkpoint image $image .*starting cold" "$RK_DIR/containerd.log" || die "containerd started it cold"
+}
+
+# rootfs_mounts ID: how many mounts this host has of task ID's root filesystem.
+rootfs_mounts() {
+	grep -c " [^ ]*/$1/rootfs " /proc/self/mountinfo || true
+}
+
+@test "crictl: a restore that CRIU fails, of an image made with --fallback cold, starts cold in its pod" {
+	local port image=rekindle.local/ckpt:cri-criu-fails-cold
+	port=$(free_port)
+	run_engine_pod ksrc "$ENGINE_IMAGE" "$port"
+	wait_healthy "$port"
+	local before started
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
+	started=$(state_of "$port" start_time)
+	checkpoint_imported k8s.io "$CTR" "$image" --port "$port" --fallback cold
+	cri_do rmp --force "$POD"
+	run_cmd "$BIN/oci-checkpoint" -n k8s.io check "$image"
+	break_criu_images "$image" k8s.io
+
+	events_up
+	create_from_image kdst "$image" "$port"
+	cri_do start "$CTR"
+	wait_healthy "$port"
+	# A fresh engine on a fresh root filesystem: the rootfs diff that the
+	# failed restore applied (with the wake file) is gone.
+	[ "$(state_of "$port" start_time)" != "$started" ] || die "the engine was restored, not started cold"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "the cold engine's greedy output"
+	run_cmd 1 "$BIN/crictl" --config "$CRICTL_CONFIG" exec "$CTR" test -e /.rekindle/wake
+
+	local info
+	info=$(cri inspect "$CTR" 2>/dev/null)
+	is "$(jq -r .status.state <<<"$info")" "CONTAINER_RUNNING" "cold container state"
+	is "$(jq -r .status.annotations.restored <<<"$info")" "false" "restored annotation"
+	is "$(jq -r .status.annotations.restoreFallback <<<"$info")" "cold" "restoreFallback annotation"
+	is "$(jq -r .status.annotations.checkpointImage <<<"$info")" "$image" "checkpointImage annotation"
+	logged "restoring checkpoint image $image failed in the runtime: the runtime failed to restore it: .*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
+	! grep -q "Restored container $CTR successfully" "$RK_DIR/containerd.log" || die "CRI restored the container"
+	local ev
+	ev=$(fallback_event "$CTR")
+	echo "event: $ev" >&2
+	is "$(jq -r .image <<<"$ev")" "$ENGINE_IMAGE" "event: the base image"
+	is "$(jq -r '.labels["checkpoint.image"]' <<<"$ev")" "$image" "event: the checkpoint image"
+	[[ $(jq -r .labels.reasons <<<"$ev") == *"the runtime failed to restore it"* ]] || die "the event does not give the reason"
+
+	# Nothing of the failed restore is left: one task, one root filesystem
+	# mount, no hold on the extracted checkpoint; the pod's removal takes
+	# the container's snapshot.
+	is "$(k8s_ctr tasks ls -q | grep -c "^$CTR\$")" "1" "tasks of the container"
+	is "$(rootfs_mounts "$CTR")" "1" "root filesystem mounts of the container"
+	! k8s_ctr snapshots ls | grep -q "checkpoint-restore/$CTR" || die "a snapshot of the failed restore is left"
+	cri_do rmp --force "$POD"
+	is "$(rootfs_mounts "$CTR")" "0" "root filesystem mounts after the pod's removal"
+	! k8s_ctr snapshots ls | grep -q "$CTR" || die "a snapshot of the container outlives its pod"
+}
+
+@test "crictl: a restore that CRIU fails, of an image made without --fallback, fails StartContainer and leaves nothing running" {
+	local port image=rekindle.local/ckpt:cri-criu-fails-none
+	port=$(free_port)
+	run_engine_pod knsrc "$ENGINE_IMAGE" "$port"
+	wait_healthy "$port"
+	checkpoint_imported k8s.io "$CTR" "$image" --port "$port"
+	cri_do rmp --force "$POD"
+	break_criu_images "$image" k8s.io
+
+	create_from_image kndst "$image" "$port"
+	local err=$BATS_TEST_TMPDIR/start.err
+	! cri start "$CTR" 2>"$err" || die "crictl start of a checkpoint that CRIU cannot restore succeeded"
+	cat "$err" >&2
+	grep -q "failed to restore containerd task" "$err" || die "the error is not the restore's"
+	is "$(cri inspect "$CTR" 2>/dev/null | jq -r .status.state)" "CONTAINER_EXITED" "container state"
+	! engine GET "$port" /health 2>/dev/null || die "an engine answers on port $port"
+	! grep -q "restoring checkpoint image $image .*starting cold" "$RK_DIR/containerd.log" || die "containerd started it cold"
+	is "$(k8s_ctr tasks ls -q | grep -c "^$CTR\$")" "0" "tasks of the container"
+	is "$(rootfs_mounts "$CTR")" "0" "root filesystem mounts of the container"
 }
