@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -21,6 +22,9 @@ import (
 
 // The files of the checkpoint archive besides CRIU's images, in the
 // layout CRI-O and checkpointctl use.
+
+// diffReadSize is how much of the rootfs diff one content read fetches.
+const diffReadSize = 8 << 20
 
 // writeRootfsDiff writes the container's changes to its image as
 // rootfs-diff.tar and deleted.files, through containerd's differ.
@@ -46,7 +50,10 @@ func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Cont
 		return err
 	}
 	defer f.Close()
-	deleted, err := ConvertDiff(content.NewReader(ra), f, extra)
+	// Large reads: through containerd's content API each ReadAt is a round
+	// trip (the server opens, reads and closes the blob), and the tar reader
+	// asks for 32 KiB at a time: 26 MB/s for a compiled engine's caches.
+	deleted, err := ConvertDiff(bufio.NewReaderSize(content.NewReader(ra), diffReadSize), f, extra)
 	if err != nil {
 		return err
 	}
