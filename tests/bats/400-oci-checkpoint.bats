@@ -385,3 +385,36 @@ no_container() {
 	ocicp 2 create --output tar:/tmp/x asrc "$image"
 	[[ $output == *"want oci-archive:PATH"* ]] || die "a bad --output is not explained"
 }
+
+@test "a restored engine checkpointed again restores again: the second image keeps the base image and the rootfs diff" {
+	local port img1=rekindle.local/ckpt:gen1 img2=rekindle.local/ckpt:gen2
+	port=$(free_port)
+	start_engine gen0 "$port"
+	local before start0 c0
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the first checkpoint" "$before"
+	start0=$(state_of "$port" start_time)
+	ocicp create gen0 "$img1"
+	run_nerdctl rm -f gen0
+	run_nerdctl run -d --name gen1 -p "127.0.0.1:$port:30000" "$img1"
+	wait_for "the wake helper's status" 30 status_of gen1
+	is "$(jq -r .outcome <<<"$(status_of gen1)")" "resumed" "first restore"
+	c0=$(state_of "$port" counter)
+
+	# The restored container runs the checkpoint image, and its files live
+	# in containerd's restore snapshot: the second checkpoint must name the
+	# first's base image and carry the whole rootfs diff (the wake helper's
+	# binary, which CRIU needs to find again, is in it).
+	ocicp create --json gen1 "$img2"
+	local json=${output#*$'\n{'}
+	is "$(jq -r .base_image <<<"{$json")" "$ENGINE_IMAGE" "the second checkpoint's base image"
+	run_nerdctl rm -f gen1
+	run_nerdctl rmi "$img1"
+	run_nerdctl run -d --name gen2 -p "127.0.0.1:$port:30000" "$img2"
+	wait_for "the wake helper's status" 30 status_of gen2
+	is "$(jq -r .outcome <<<"$(status_of gen2)")" "resumed" "second restore"
+	is "$(state_of "$port" start_time)" "$start0" "the same engine process, twice restored"
+	[ "$(state_of "$port" counter)" -ge "$c0" ] || die "counter went back"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after the second restore"
+	run_nerdctl rm -f gen2
+}

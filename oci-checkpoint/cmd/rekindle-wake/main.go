@@ -9,6 +9,14 @@
 // start forks the waiter into its own session and returns once it runs;
 // the waiter is reparented to the container's init, so CRIU dumps it with
 // the engine.
+//
+// It holds no file in its cgroup either: Go's container-aware GOMAXPROCS
+// keeps cpu.cfs_quota_us (cpu.max) open, and in a restored container that
+// file's path names the container, so a second checkpoint of it would not
+// restore anywhere else (CRIU: "Can't open file sys/fs/cgroup/cpu/default/ID/...").
+//
+//go:debug containermaxprocs=0
+//go:debug updatemaxprocs=0
 package main
 
 import (

@@ -127,14 +127,15 @@ type creation struct {
 	o    Options
 	name string // the image's, normalised
 
-	ctr  client.Container
-	info containers.Container
-	task client.Task
-	spec *specs.Spec
-	pid  uint32
-	root *inroot.Root
-	eng  *engine.Client
-	t    *phase.Timer
+	ctr       client.Container
+	info      containers.Container // as source() gives it
+	diffLower string               // the snapshot the rootfs diff is against ("": its parent)
+	task      client.Task
+	spec      *specs.Spec
+	pid       uint32
+	root      *inroot.Root
+	eng       *engine.Client
+	t         *phase.Timer
 
 	quiesced bool // a failure from here resumes the engine
 	helperUp bool // the wake helper runs in the container
@@ -182,6 +183,10 @@ func open(ctx context.Context, c *client.Client, o Options) (*creation, error) {
 	if _, err := os.Stat(o.WakeBinary); err != nil {
 		return nil, fmt.Errorf("wake helper: %w (build it with 'make build', or pass --wake-binary)", err)
 	}
+	info, diffLower, err := source(ctx, c, info)
+	if err != nil {
+		return nil, err
+	}
 	spec, err := ctr.Spec(ctx)
 	if err != nil {
 		return nil, err
@@ -191,7 +196,7 @@ func open(ctx context.Context, c *client.Client, o Options) (*creation, error) {
 	if err != nil {
 		return nil, err
 	}
-	cr := &creation{ctx: ctx, c: c, o: o, name: name, ctr: ctr, info: info, task: task, spec: spec, pid: pid, root: root,
+	cr := &creation{ctx: ctx, c: c, o: o, name: name, ctr: ctr, info: info, diffLower: diffLower, task: task, spec: spec, pid: pid, root: root,
 		t: &phase.Timer{Out: o.Progress}}
 	cr.eng = &engine.Client{HTTP: NetnsHTTP(pid), Base: fmt.Sprintf("http://127.0.0.1:%d", o.Engine.Port)}
 	if o.URL != "" {

@@ -14,6 +14,7 @@ import (
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/diff"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/rootfs"
 	"github.com/containerd/errdefs"
 	"github.com/distribution/reference"
@@ -28,10 +29,11 @@ const diffReadSize = 8 << 20
 
 // writeRootfsDiff writes the container's changes to its image as
 // rootfs-diff.tar and deleted.files, through containerd's differ.
-func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Container, dir string, extra []ExtraFile) error {
+// lower is the snapshot to compare against ("": the snapshot's parent).
+func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Container, lower, dir string, extra []ExtraFile) error {
 	sn := c.SnapshotService(info.Snapshotter)
 	ref := "rekindle-rootfs-diff-" + randomID()
-	desc, err := rootfs.CreateDiff(ctx, info.SnapshotKey, sn, c.DiffService(),
+	desc, err := compareRootfs(ctx, sn, c.DiffService(), info.SnapshotKey, lower,
 		diff.WithMediaType(ocispec.MediaTypeImageLayer), diff.WithReference(ref))
 	if err != nil {
 		// The differ may leave its partial ingest (a full disk): drop it.
@@ -63,6 +65,24 @@ func writeRootfsDiff(ctx context.Context, c *client.Client, info containers.Cont
 		}
 	}
 	return f.Close()
+}
+
+// compareRootfs is rootfs.CreateDiff against lower instead of key's parent.
+func compareRootfs(ctx context.Context, sn snapshots.Snapshotter, d diff.Comparer, key, lower string, opts ...diff.Opt) (ocispec.Descriptor, error) {
+	if lower == "" {
+		return rootfs.CreateDiff(ctx, key, sn, d, opts...)
+	}
+	view := "rekindle-rootfs-lower-" + randomID()
+	lm, err := sn.View(ctx, view, lower)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	defer sn.Remove(context.WithoutCancel(ctx), view)
+	um, err := sn.Mounts(ctx, key)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	return d.Compare(ctx, lm, um, opts...)
 }
 
 // writeDumps writes spec.dump, config.dump and status.dump. The standard

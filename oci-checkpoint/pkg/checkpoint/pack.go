@@ -17,7 +17,7 @@ import (
 func (cr *creation) pack() error {
 	cr.res = &Result{Image: cr.name, Container: cr.ctr.ID(), BaseImage: cr.info.Image, GPUs: cr.gpus}
 	marker, _ := json.Marshal(map[string]string{"checkpointed_at": cr.checkpointedAt.Format(time.RFC3339Nano)})
-	if err := writeRootfsDiff(cr.ctx, cr.c, cr.info, cr.archiveDir, []ExtraFile{{Name: wake.WakeFile, Data: marker, Mode: 0o644}}); err != nil {
+	if err := writeRootfsDiff(cr.ctx, cr.c, cr.info, cr.diffLower, cr.archiveDir, []ExtraFile{{Name: wake.WakeFile, Data: marker, Mode: 0o644}}); err != nil {
 		where := contentRoot(cr.ctx, cr.c)
 		if where == "" || strings.Contains(err.Error(), cr.work) {
 			where = cr.work
