@@ -60,7 +60,7 @@ func (cr *creation) dump() error {
 	stop()
 	stopWatch()
 	if err != nil {
-		if logSaysNoSpace(cr.archiveDir) {
+		if logSaysNoSpace(cr.archiveDir) || nearlyFull(cr.archiveDir) {
 			err = fmt.Errorf("%w: %w", syscall.ENOSPC, err)
 		}
 		return noSpace(fmt.Errorf("dump: %w (CRIU's log: %s)", err, criuLog(cr.archiveDir)), cr.work)

@@ -3,9 +3,9 @@ package checkpoint
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
-	"fmt"
 	"strings"
 	"syscall"
 
@@ -41,6 +41,14 @@ func freeSpace(dir string) string {
 
 func unixAccess(path string) error {
 	return unix.Access(path, unix.W_OK)
+}
+
+// nearlyFull reports whether dir's filesystem has less than 1 MiB left
+// for unprivileged writes: CRIU's log lives there too, so on a full disk
+// its last lines, the one naming ENOSPC among them, may never be written.
+func nearlyFull(dir string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(dir, &st) == nil && uint64(st.Bavail)*uint64(st.Bsize) < 1<<20
 }
 
 // logSaysNoSpace reports whether CRIU's dump.log in dir tells of a full
