@@ -218,12 +218,12 @@ break_criu_images() {
 	local layer dir ns=${2:-default}
 	local c=("$BIN/ctr" --address "$RK_DIR/containerd.sock" -n "$ns")
 	layer=$("$BIN/oci-checkpoint" -n "$ns" inspect --json "$1" | sed -n '/^{/,/^}/p' | jq -r .layer_digest)
-	run_cmd "${c[@]}" snapshots view fallback-break "$layer"
-	run_cmd "${c[@]}" snapshots mounts /mnt fallback-break
-	dir=$(grep -o '/[^ ]*/snapshots/[0-9]*/fs' <<<"$output" | head -1)
-	# Only the path was wanted. The view holds no lease, so containerd's
-	# garbage collector may already have taken it (a removal just before
-	# triggers a collection): gone is as good as removed.
+	# The view's mounts come back from the call that makes it: the view
+	# holds no lease, so containerd's garbage collector may take it at any
+	# time after (a removal just before triggers a collection). Only the
+	# path of the layer's snapshot is wanted; gone is as good as removed.
+	run_cmd "${c[@]}" snapshots view --mounts fallback-break "$layer"
+	dir=$(grep -o '/[^ "]*/snapshots/[0-9]*/fs' <<<"$output" | head -1)
 	"${c[@]}" snapshots rm fallback-break >/dev/null 2>&1 ||
 		! "${c[@]}" snapshots info fallback-break >/dev/null 2>&1 || die "cannot remove the view fallback-break"
 	[ -f "$dir/checkpoint/inventory.img" ] || die "no CRIU images of $1 in '$dir'"
