@@ -134,10 +134,10 @@ class Transformers:
         torch, tf, c = self.torch, self.transformers, self.cfg
         T = c["context_len"]
         self.caches = {}
+        eager = "max_batch_size" in inspect.signature(tf.StaticCache).parameters  # transformers 4.x
         with self._region("kv_cache"):
             for bs in self.batch_sizes:
-                params = inspect.signature(tf.StaticCache).parameters
-                if "max_batch_size" in params:  # transformers 4.x: allocated by the constructor
+                if eager:  # allocated by the constructor
                     cache = tf.StaticCache(config=self.hf_config, max_batch_size=bs, max_cache_len=T,
                                            device=self.dev, dtype=torch.bfloat16)
                 else:

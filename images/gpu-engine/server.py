@@ -213,6 +213,11 @@ def detokenize(ids):
 
 # ---- safetensors (written and read here, no package needed) -------------------
 
+def token_ids(x, vocab):
+    """x is a non-empty list of token ids below vocab."""
+    return isinstance(x, list) and bool(x) and all(isinstance(t, int) and 0 <= t < vocab for t in x)
+
+
 def safetensors_header(entries, metadata):
     """entries: [(name, shape)] of bf16 tensors in file order. Returns
     (header bytes incl. the 8-byte length, {name: (offset, nbytes)})."""
@@ -1213,7 +1218,7 @@ class Handler(BaseHTTPRequestHandler):
         n = body.get("max_new_tokens", sp.get("max_new_tokens", 16))
         if isinstance(body.get("input_ids"), list):
             ids = body["input_ids"]
-            if not ids or not all(isinstance(t, int) and 0 <= t < self.engine.cfg["vocab"] for t in ids):
+            if not token_ids(ids, self.engine.cfg["vocab"]):
                 self._reply(400, {"error": "input_ids must be a non-empty list of token ids"})
                 return
         elif isinstance(body.get("text"), str) and body["text"]:
@@ -1260,14 +1265,13 @@ class Handler(BaseHTTPRequestHandler):
             return
         p = body.get("prompt")
         vocab = e.cfg["vocab"]
-        is_ids = lambda x: isinstance(x, list) and x and all(isinstance(t, int) and 0 <= t < vocab for t in x)
         if isinstance(p, str) and p:
             prompts = [tokenize(p)]
-        elif is_ids(p):
+        elif token_ids(p, vocab):
             prompts = [p]
         elif isinstance(p, list) and p and all(isinstance(x, str) and x for x in p):
             prompts = [tokenize(x) for x in p]
-        elif isinstance(p, list) and p and all(is_ids(x) for x in p):
+        elif isinstance(p, list) and p and all(token_ids(x, vocab) for x in p):
             prompts = list(p)
         else:
             self._reply(400, {"error": {"message": "prompt must be a non-empty string, list of strings, "
