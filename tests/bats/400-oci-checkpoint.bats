@@ -47,12 +47,6 @@ registry_up() {
 	registry_start "$REGISTRY_DIR" "$REGISTRY_PORT"
 }
 
-ocicp() {
-	local expect=0
-	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
-	run_cmd "$expect" "$BIN/oci-checkpoint" "$@"
-}
-
 # status_of NAME: the wake helper's /.rekindle/status in container NAME.
 status_of() {
 	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" cat /.rekindle/status 2>/dev/null
@@ -293,18 +287,7 @@ no_container() {
 	ocicp create fsrc "$image"
 	run_nerdctl rm -f fsrc
 	run_nerdctl save -o "$BATS_TEST_TMPDIR/img.tar" "$image"
-	oci_python - "$BATS_TEST_TMPDIR/img.tar" "$BATS_TEST_TMPDIR/crafted.tar" "$crafted" <<-'PY'
-		import sys
-		import oci_tar
-		src, dst, name = sys.argv[1:4]
-		index, a = oci_tar.read(src)
-		desc = index["manifests"][0]
-		man = a.get_json(desc["digest"])
-		man["annotations"]["org.rekindle.cpu.flags"] += ",avx9000"
-		desc.update(a.add_json(man))
-		desc["annotations"] = oci_tar.image_name(name)
-		a.write(dst, [desc])
-	PY
+	needs_avx9000 "$BATS_TEST_TMPDIR/img.tar" "$BATS_TEST_TMPDIR/crafted.tar" "$crafted"
 	run_nerdctl load -i "$BATS_TEST_TMPDIR/crafted.tar"
 	ocicp 1 check "$crafted"
 	[[ $output == *"lacks avx9000"* ]] || die "check does not name the missing flag"

@@ -18,12 +18,6 @@ teardown_file() {
 	stack_down
 }
 
-ocicp() {
-	local expect=0
-	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
-	run_cmd "$expect" "$BIN/oci-checkpoint" "$@"
-}
-
 # checkpoint NAME IMAGE...: start the CPU engine as NAME and checkpoint it
 # into each IMAGE (the engine keeps running in between), then remove it.
 checkpoint() {

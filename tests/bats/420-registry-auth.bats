@@ -51,10 +51,16 @@ teardown_file() {
 	stack_down
 }
 
-ocicp() {
-	local expect=0
-	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
-	run_cmd "$expect" "$BIN/oci-checkpoint" "$@"
+# mirror_hosts CERTS PORT: CERTS/registry.example:5000/hosts.toml sending
+# that name (a registry that does not exist) to the registry on PORT.
+mirror_hosts() {
+	mkdir -p "$1/registry.example:5000"
+	cat >"$1/registry.example:5000/hosts.toml" <<-EOF
+		server = "https://registry.example:5000"
+
+		[host."http://127.0.0.1:$2"]
+		  capabilities = ["pull", "resolve"]
+	EOF
 }
 
 # docker_config DIR REGISTRY USER PASSWORD: DIR/config.json as
@@ -119,13 +125,8 @@ not_pulled() {
 	# registry.example:5000 does not exist; its hosts.toml names the open
 	# registry as a mirror, which has the image under the same repository.
 	local name=registry.example:5000/$REPO:mirror certs=$BATS_TEST_TMPDIR/certs.d empty=$BATS_TEST_TMPDIR/empty.d
-	mkdir -p "$certs/registry.example:5000" "$empty"
-	cat >"$certs/registry.example:5000/hosts.toml" <<-EOF
-		server = "https://registry.example:5000"
-
-		[host."http://127.0.0.1:$MIRROR_PORT"]
-		  capabilities = ["pull", "resolve"]
-	EOF
+	mkdir -p "$empty"
+	mirror_hosts "$certs" "$MIRROR_PORT"
 
 	ocicp 0 check --hosts-dir "$certs" "$name"
 	is "${lines[-1]}" "$name: this host can restore it" "check through the mirror"
@@ -148,13 +149,8 @@ not_pulled() {
 	# hosts.toml sends registry.example:5000 to the registry that wants a
 	# login; config.json holds credentials for that mirror only.
 	local name=registry.example:5000/$REPO:auth certs=$BATS_TEST_TMPDIR/certs.d none=$BATS_TEST_TMPDIR/docker-none
-	mkdir -p "$certs/registry.example:5000" "$none"
-	cat >"$certs/registry.example:5000/hosts.toml" <<-EOF
-		server = "https://registry.example:5000"
-
-		[host."http://127.0.0.1:$AUTH_PORT"]
-		  capabilities = ["pull", "resolve"]
-	EOF
+	mkdir -p "$none"
+	mirror_hosts "$certs" "$AUTH_PORT"
 
 	DOCKER_CONFIG=$GOOD_CONFIG ocicp 0 check --hosts-dir "$certs" "$name"
 	is "${lines[-1]}" "$name: this host can restore it" "check through a mirror with its credentials"

@@ -35,24 +35,6 @@ teardown_file() {
 	stack_down
 }
 
-# needs_avx9000 IN.tar OUT.tar NAME: the checkpoint image archive IN.tar
-# (oci-checkpoint create --output) as NAME, its recorded CPU flags with
-# avx9000 added.
-needs_avx9000() {
-	oci_python - "$@" <<-'PY'
-		import sys
-		import oci_tar
-		src, dst, name = sys.argv[1:4]
-		index, a = oci_tar.read(src)
-		desc = index["manifests"][0]
-		man = a.get_json(desc["digest"])
-		man["annotations"]["org.rekindle.cpu.flags"] += ",avx9000"
-		desc.update(a.add_json(man))
-		desc["annotations"] = oci_tar.image_name(name)
-		a.write(dst, [desc])
-	PY
-}
-
 # checkpoint_imported NS CONTAINER NAME [create flags...]: checkpoint
 # CONTAINER (in containerd namespace NS) into an archive and import it as
 # NAME into NS, unpacked, as a pull would leave it; with NEEDS_AVX9000 set,
@@ -98,6 +80,28 @@ fallback_event() {
 	grep "/tasks/restore-fallback.*\"$1\"" "$EVENTS" | head -1 | sed 's|.*/tasks/restore-fallback ||'
 }
 
+# started_cold PORT STARTED BEFORE: the engine on PORT was started anew
+# (its start time is not STARTED) and gives BEFORE, its greedy output from
+# before the checkpoint.
+started_cold() {
+	[ "$(state_of "$1" start_time)" != "$2" ] || die "the engine was restored, not started cold"
+	is "$(engine POST "$1" /generate "$PROMPT" | jq -r .text)" "$3" "the cold engine's greedy output"
+}
+
+# cri_started_cold IMAGE: CRI container $CTR, made from checkpoint IMAGE,
+# runs cold: no wake file, annotated as not restored, and CRI did not
+# restore it.
+cri_started_cold() {
+	run_cmd 1 "$BIN/crictl" --config "$CRICTL_CONFIG" exec "$CTR" test -e /.rekindle/wake
+	local info
+	info=$(cri inspect "$CTR" 2>/dev/null)
+	is "$(jq -r .status.state <<<"$info")" "CONTAINER_RUNNING" "cold container state"
+	is "$(jq -r .status.annotations.restored <<<"$info")" "false" "restored annotation"
+	is "$(jq -r .status.annotations.restoreFallback <<<"$info")" "cold" "restoreFallback annotation"
+	is "$(jq -r .status.annotations.checkpointImage <<<"$info")" "$1" "checkpointImage annotation"
+	! grep -q "Restored container $CTR successfully" "$RK_DIR/containerd.log" || die "CRI restored the container"
+}
+
 @test "nerdctl run: an image this host cannot restore, made with --fallback cold, starts cold from its base image" {
 	local port image=rekindle.local/ckpt:fallback-cold
 	port=$(free_port)
@@ -120,9 +124,8 @@ fallback_event() {
 	local id=$output
 	wait_healthy "$port"
 	# A fresh engine: started now, from the base image, not the restored one.
-	[ "$(state_of "$port" start_time)" != "$started" ] || die "the engine was restored, not started cold"
+	started_cold "$port" "$started" "$before"
 	run_nerdctl 1 exec fdst test -e /.rekindle/wake
-	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "the cold engine's greedy output"
 
 	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000, which the checkpointed process may use; starting cold from base image $ENGINE_IMAGE (fallback cold)"
 	local ev
@@ -172,18 +175,9 @@ fallback_event() {
 	create_from_image cdst "$image" "$port"
 	cri_do start "$CTR"
 	wait_healthy "$port"
-	[ "$(state_of "$port" start_time)" != "$started" ] || die "the engine was restored, not started cold"
-	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "the cold engine's greedy output"
-	run_cmd 1 "$BIN/crictl" --config "$CRICTL_CONFIG" exec "$CTR" test -e /.rekindle/wake
-
-	local info
-	info=$(cri inspect "$CTR" 2>/dev/null)
-	is "$(jq -r .status.state <<<"$info")" "CONTAINER_RUNNING" "cold container state"
-	is "$(jq -r .status.annotations.restored <<<"$info")" "false" "restored annotation"
-	is "$(jq -r .status.annotations.restoreFallback <<<"$info")" "cold" "restoreFallback annotation"
-	is "$(jq -r .status.annotations.checkpointImage <<<"$info")" "$image" "checkpointImage annotation"
+	started_cold "$port" "$started" "$before"
+	cri_started_cold "$image"
 	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000, which the checkpointed process may use; starting cold from base image $ENGINE_IMAGE (fallback cold)"
-	! grep -q "Restored container $CTR successfully" "$RK_DIR/containerd.log" || die "CRI restored the container"
 	local ev
 	ev=$(fallback_event "$CTR")
 	echo "event: $ev" >&2
@@ -248,9 +242,8 @@ break_criu_images() {
 	run_nerdctl run -d --name cdst -p "127.0.0.1:$port:30000" "$image"
 	local id=$output
 	wait_healthy "$port"
-	[ "$(state_of "$port" start_time)" != "$started" ] || die "the engine was restored, not started cold"
+	started_cold "$port" "$started" "$before"
 	run_nerdctl 1 exec cdst test -e /.rekindle/wake
-	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "the cold engine's greedy output"
 	is "$(run_nerdctl inspect cdst; jq -r '.[0].State.Status' <<<"$output")" "running" "container state"
 
 	logged "restoring checkpoint image $image failed in the runtime: the runtime failed to restore it: .*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
@@ -301,18 +294,9 @@ rootfs_mounts() {
 	wait_healthy "$port"
 	# A fresh engine on a fresh root filesystem: the rootfs diff that the
 	# failed restore applied (with the wake file) is gone.
-	[ "$(state_of "$port" start_time)" != "$started" ] || die "the engine was restored, not started cold"
-	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "the cold engine's greedy output"
-	run_cmd 1 "$BIN/crictl" --config "$CRICTL_CONFIG" exec "$CTR" test -e /.rekindle/wake
-
-	local info
-	info=$(cri inspect "$CTR" 2>/dev/null)
-	is "$(jq -r .status.state <<<"$info")" "CONTAINER_RUNNING" "cold container state"
-	is "$(jq -r .status.annotations.restored <<<"$info")" "false" "restored annotation"
-	is "$(jq -r .status.annotations.restoreFallback <<<"$info")" "cold" "restoreFallback annotation"
-	is "$(jq -r .status.annotations.checkpointImage <<<"$info")" "$image" "checkpointImage annotation"
+	started_cold "$port" "$started" "$before"
+	cri_started_cold "$image"
 	logged "restoring checkpoint image $image failed in the runtime: the runtime failed to restore it: .*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
-	! grep -q "Restored container $CTR successfully" "$RK_DIR/containerd.log" || die "CRI restored the container"
 	local ev
 	ev=$(fallback_event "$CTR")
 	echo "event: $ev" >&2

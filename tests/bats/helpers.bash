@@ -129,6 +129,31 @@ oci_python() {
 	PYTHONPATH=$REKINDLE_ROOT/tests${PYTHONPATH:+:$PYTHONPATH} python3 "$@"
 }
 
+# ocicp [STATUS] ARGS...: run_cmd on oci-checkpoint.
+ocicp() {
+	local expect=0
+	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
+	run_cmd "$expect" "$BIN/oci-checkpoint" "$@"
+}
+
+# needs_avx9000 IN.tar OUT.tar NAME: the checkpoint image archive IN.tar
+# (oci-checkpoint create --output) as NAME, its recorded CPU flags with
+# avx9000 added.
+needs_avx9000() {
+	oci_python - "$@" <<-'PY'
+		import sys
+		import oci_tar
+		src, dst, name = sys.argv[1:4]
+		index, a = oci_tar.read(src)
+		desc = index["manifests"][0]
+		man = a.get_json(desc["digest"])
+		man["annotations"]["org.rekindle.cpu.flags"] += ",avx9000"
+		desc.update(a.add_json(man))
+		desc["annotations"] = oci_tar.image_name(name)
+		a.write(dst, [desc])
+	PY
+}
+
 # ---- assertions ------------------------------------------------------------
 
 die() {
