@@ -213,7 +213,8 @@ status_in() {
 	local port
 	port=$(free_port)
 	run_nerdctl run -d --name ndst -p "127.0.0.1:$port:30000" "$CKPT_IMAGE"
-	wait_for "the engine on port $port" 30 engine GET "$port" /state
+	# /state answers while the weights are still released; /health waits for the wake helper's resume
+	wait_for "the restored engine on port $port to be healthy" 30 engine GET "$port" /health
 	is "$(state_of "$port" start_time)" "$(before start_time)" "restored by nerdctl, not restarted"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$(before text)" "greedy output after the nerdctl restore"
 	run_nerdctl rm -f ndst
