@@ -11,7 +11,8 @@
 #           empty) -> first /generate answer
 #   cached  nerdctl run it again (cache filled by `first`) -> first answer
 #   floors  memcpy bandwidth; disk read of the checkpoint's pages files with
-#           the page cache dropped; (GPU) pinned host-to-device bandwidth
+#           the page cache dropped; direct write; (GPU) pinned host-to-device
+#           bandwidth
 # then the checkpoint image is removed (its cache goes with it).
 #
 # Phases come from containerd's log (patch 0004: container-setup, criu-restore;
