@@ -319,6 +319,7 @@ static int read_visible(int pid, CUuuid *out, int *n)
 		if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISCHR(st.st_mode) &&
 		    major(st.st_rdev) == NVIDIA_MAJOR)
 			m = (int)minor(st.st_rdev);
+		note("%s/%s: GPU minor %d", dir, e->d_name, m);
 		int i = nm++;
 		for (; i > 0 && minors[i - 1] > m; i--) /* insertion sort */
 			minors[i] = minors[i - 1];
@@ -489,6 +490,31 @@ static void complete(CUcheckpointGpuPair *p, int *n, const CUuuid *host, int nho
 	}
 }
 
+/* What the driver shows this process, for a failed plan: inside a
+ * container's device cgroup (CRIU restores into it) it lists only the GPUs
+ * that cgroup allows, which can differ from the nodes a restored /dev holds. */
+static const char *driver_view(const CUuuid *host, int nhost, char *out, size_t len)
+{
+	char b[48], line[512];
+	size_t k = (size_t)snprintf(out, len, "the driver lists %d GPU(s) to this process (", nhost);
+	for (int i = 0; i < nhost && k < len; i++)
+		k += (size_t)snprintf(out + k, len - k, "%s%s", i ? ", " : "", uuid_str(&host[i], b));
+	if (k < len)
+		k += (size_t)snprintf(out + k, len - k, ")");
+	FILE *f = fopen("/proc/self/cgroup", "r");
+	while (f && fgets(line, sizeof line, f) && k < len) {
+		/* v1's devices controller, or v2's single hierarchy */
+		if (strstr(line, ":devices:") || !strncmp(line, "0::", 3)) {
+			line[strcspn(line, "\n")] = 0;
+			k += (size_t)snprintf(out + k, len - k, " in device cgroup %s", line);
+			break;
+		}
+	}
+	if (f)
+		fclose(f);
+	return out;
+}
+
 int plan_restore(int pid, const char *map, const CUuuid *host, int nhost,
 		 CUcheckpointGpuPair *pairs, int *n)
 {
@@ -516,8 +542,9 @@ int plan_restore(int pid, const char *map, const CUuuid *host, int nhost,
 	}
 	for (int i = 0; i < *n; i++) {
 		if (find(host, nhost, &pairs[i].newUuid) < 0) {
-			fail("cannot restore onto %s: the driver does not see that GPU on this host",
-			     uuid_str(&pairs[i].newUuid, a));
+			char view[MAX_GPUS * 48 + 768];
+			fail("cannot restore onto %s: the driver does not see that GPU on this host; %s",
+			     uuid_str(&pairs[i].newUuid, a), driver_view(host, nhost, view, sizeof view));
 			return -1;
 		}
 	}

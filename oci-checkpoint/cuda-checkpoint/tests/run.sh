@@ -327,7 +327,8 @@ test_device_map_not_a_bijection() {
 test_device_map_target_not_on_host() {
 	host 2
 	ckpt --action restore --pid $P --device-map "${U[0]}=${U[3]}"
-	is "$rc" 1 "exit status" && has "$out" "cannot restore onto ${U[3]}" "error"
+	is "$rc" 1 "exit status" && has "$out" "cannot restore onto ${U[3]}" "error" &&
+		has "$out" "the driver lists 2 GPU(s) to this process (${U[0]}, ${U[1]}) in device cgroup " "the driver's view"
 }
 
 test_toggle_checkpoints_then_restores_with_remap() {
