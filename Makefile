@@ -92,7 +92,8 @@ $(BIN)/runc: $(PINS)/runc scripts/apply-patches.sh $(call series,runc-patches) |
 test-patches: $(BIN)/containerd $(BIN)/runc
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test ./internal/checkpointimage/ -test.root
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestReadAhead' ./core/diff/apply/
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCheckpointDir|TestCheckpointImagePath|TestColdStart' ./internal/cri/server/
+	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestSnapshotRemovableAfterChildCollected' ./core/metadata/
+	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCheckpointDir|TestCheckpointImagePath|TestColdStart|TestCheckpointCacheEntryFile' ./internal/cri/server/
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestContainerStoreUpdate' ./internal/cri/store/container/
 	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -run 'TestAddCriu|TestUpLoopback|TestHasLoopback' ./libcontainer/
 UNIT_TESTS += test-patches

@@ -172,3 +172,63 @@ start_resumed() {
 
 	start_resumed "$port"
 }
+
+# holds: the containers' holds on checkpoint cache entries (containerd-patches/0010).
+holds() {
+	k8s_ctr snapshots ls 2>/dev/null | awk '$1 ~ /^checkpoint-restore\/.*\/checkpoint$/ {print $1}'
+}
+
+no_holds() {
+	[ -z "$(holds)" ]
+}
+
+@test "crictl: a restore that fails on a damaged checkpoint drops its cache entry; the next pod restores" {
+	local port image=rekindle.local/ckpt:cri-damaged layer data n=0 f
+	port=$(free_port)
+	run_engine_pod dsrc "$ENGINE_IMAGE" "$port"
+	wait_healthy "$port"
+	record_engine "$port"
+	cri_do checkpoint --export="$BATS_TEST_TMPDIR/ck.tar" "$CTR"
+	cri_do rmp --force "$POD"
+	# A symlink no checkpoint needs: containerd then extracts the layer into
+	# its cache instead of reading the unpacked image, a copy that a full
+	# disk or damage can cut short.
+	ln -s /etc/hostname "$BATS_TEST_TMPDIR/stray-link"
+	tar -rf "$BATS_TEST_TMPDIR/ck.tar" -C "$BATS_TEST_TMPDIR" stray-link
+	checkpoint_image "$BATS_TEST_TMPDIR/ck.tar" "$image" engine "$BATS_TEST_TMPDIR/image.tar"
+	k8s_ctr images import "$BATS_TEST_TMPDIR/image.tar" >/dev/null 2>&1 || die "cannot import $image"
+
+	run_engine_pod d1 "$image" "$port"
+	wait_healthy "$port"
+	assert_resumed "$port"
+	layer=$(grep -o 'stored extracted checkpoint of checkpoint layer sha256:[0-9a-f]*' "$RK_DIR/containerd.log" |
+		tail -1 | awk '{print $NF}')
+	[ -n "$layer" ] || die "containerd did not extract the checkpoint into its cache"
+	# The collector takes the removed container's hold on the entry
+	# (containerd-patches/0014 unlinks it from the entry's copy).
+	cri_do rmp --force "$POD"
+	wait_for "the collector to take the removed container's hold" 30 no_holds
+
+	# Cut the end off the pages images of the cache's extracted copy.
+	data=$(k8s_ctr snapshots mounts /x "checkpoint-cache/$layer/data-view" | grep -o '/[^ ,:]*/snapshots/[0-9]*/fs' | head -1)
+	[ -d "$data/checkpoint" ] || die "no extracted checkpoint under the cache's data view: '$data'"
+	for f in "$data"/checkpoint/pages-*.img; do
+		[ "$(stat -c %s "$f")" -gt 65536 ] || continue
+		truncate -s -64K "$f"
+		n=$((n + 1))
+	done
+	[ "$n" -gt 0 ] || die "no pages image to damage in $data/checkpoint"
+
+	create_from_image d2 "$image" "$port"
+	! cri start "$CTR" >/dev/null 2>&1 || die "a restore from a damaged checkpoint started"
+	grep 'checkpoint cache' "$RK_DIR/containerd.log" | tail -n 4 >&2 # shown if this test fails
+	is "$(grep -c "checkpoint cache: dropped 2 snapshot(s) of checkpoint layer $layer after a failed restore, 0 still in use" "$RK_DIR/containerd.log")" \
+		"1" "the data view and the extracted copy dropped"
+	cri_do rmp --force "$POD"
+
+	run_engine_pod d3 "$image" "$port"
+	wait_healthy "$port"
+	assert_resumed "$port"
+	is "$(grep -c "checkpoint cache: stored extracted checkpoint of checkpoint layer $layer" "$RK_DIR/containerd.log")" \
+		"2" "extracted anew"
+}
