@@ -254,8 +254,10 @@ for rep in $(seq "$reps"); do
 	# snapshot, which containerd's cache then uses (containerd-patches/0006);
 	# should it extract a copy of its own, take that, the later (higher
 	# numbered) snapshot.
-	snap=$(find "$dir/root/io.containerd.snapshotter.v1.overlayfs/snapshots" -xdev -cnewer "$dir/mark" -type f \
-		-name 'pages-*.img' -path '*/fs/checkpoint/*' 2>/dev/null | sed 's|/fs/checkpoint/.*||' | sort -Vu | tail -1)
+	# The collector may be removing the last repetition's snapshots while
+	# find walks them: a folder gone under it is not an error here.
+	snap=$( { find "$dir/root/io.containerd.snapshotter.v1.overlayfs/snapshots" -xdev -cnewer "$dir/mark" -type f \
+		-name 'pages-*.img' -path '*/fs/checkpoint/*' 2>/dev/null || true; } | sed 's|/fs/checkpoint/.*||' | sort -Vu | tail -1)
 	mapfile -t pages < <(find "${snap:-/nonexistent}/fs/checkpoint" -name 'pages-*.img' -type f 2>/dev/null)
 	[ ${#pages[@]} -gt 0 ] || die "no pages-*.img extracted under $dir/root for $image"
 	layer=$(bench_log layer "$dir/containerd.log")
