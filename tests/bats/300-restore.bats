@@ -333,17 +333,7 @@ PY
 	wait_healthy "$port"
 	run_nerdctl rm -f dmg1
 
-	# Cut the end off the pages images of the cache's extracted copy.
-	local data n=0 f
-	data=$("$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshots mounts /x \
-		"checkpoint-cache/$layer/data-view" | grep -o '/[^ ,:]*/snapshots/[0-9]*/fs' | head -1)
-	[ -d "$data/checkpoint" ] || die "no extracted checkpoint under the cache's data view: '$data'"
-	for f in "$data"/checkpoint/pages-*.img; do
-		[ "$(stat -c %s "$f")" -gt 65536 ] || continue
-		truncate -s -64K "$f"
-		n=$((n + 1))
-	done
-	[ "$n" -gt 0 ] || die "no pages image to damage in $data/checkpoint"
+	damage_cached_pages default "$layer"
 
 	run_nerdctl '?' run -d --name dmg2 -p "127.0.0.1:$port:30000" "$image"
 	[ "$status" -ne 0 ] || die "a restore from a damaged checkpoint succeeded"

@@ -52,15 +52,6 @@ a.write(out, [desc])
 PY
 }
 
-# record_engine PORT: remember the engine's output and identity in E_*.
-record_engine() {
-	E_TEXT=$(engine POST "$1" /generate "$PROMPT" | jq -r .text)
-	answered "before the checkpoint" "$E_TEXT"
-	E_PID=$(state_of "$1" pid)
-	E_START=$(state_of "$1" start_time)
-	E_COUNTER=$(state_of "$1" counter)
-}
-
 # assert_resumed PORT: the engine on PORT is the recorded process, resumed.
 assert_resumed() {
 	is "$(state_of "$1" pid)" "$E_PID" "same engine process (pid in the container)"
@@ -183,7 +174,7 @@ no_holds() {
 }
 
 @test "crictl: a restore that fails on a damaged checkpoint drops its cache entry; the next pod restores" {
-	local port image=rekindle.local/ckpt:cri-damaged layer data n=0 f
+	local port image=rekindle.local/ckpt:cri-damaged layer
 	port=$(free_port)
 	run_engine_pod dsrc "$ENGINE_IMAGE" "$port"
 	wait_healthy "$port"
@@ -209,15 +200,7 @@ no_holds() {
 	cri_do rmp --force "$POD"
 	wait_for "the collector to take the removed container's hold" 30 no_holds
 
-	# Cut the end off the pages images of the cache's extracted copy.
-	data=$(k8s_ctr snapshots mounts /x "checkpoint-cache/$layer/data-view" | grep -o '/[^ ,:]*/snapshots/[0-9]*/fs' | head -1)
-	[ -d "$data/checkpoint" ] || die "no extracted checkpoint under the cache's data view: '$data'"
-	for f in "$data"/checkpoint/pages-*.img; do
-		[ "$(stat -c %s "$f")" -gt 65536 ] || continue
-		truncate -s -64K "$f"
-		n=$((n + 1))
-	done
-	[ "$n" -gt 0 ] || die "no pages image to damage in $data/checkpoint"
+	damage_cached_pages k8s.io "$layer"
 
 	create_from_image d2 "$image" "$port"
 	! cri start "$CTR" >/dev/null 2>&1 || die "a restore from a damaged checkpoint started"

@@ -106,10 +106,7 @@ cri_started_cold() {
 	local port image=rekindle.local/ckpt:fallback-cold
 	port=$(free_port)
 	start_engine fsrc "$port"
-	local before started
-	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
-	answered "before the checkpoint" "$before"
-	started=$(state_of "$port" start_time)
+	record_engine "$port"
 	checkpoint_for_this_host_not default fsrc "$image" --fallback cold
 	run_nerdctl rm -f fsrc
 
@@ -124,7 +121,7 @@ cri_started_cold() {
 	local id=$output
 	wait_healthy "$port"
 	# A fresh engine: started now, from the base image, not the restored one.
-	started_cold "$port" "$started" "$before"
+	started_cold "$port" "$E_START" "$E_TEXT"
 	run_nerdctl 1 exec fdst test -e /.rekindle/wake
 
 	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000, which the checkpointed process may use; starting cold from base image $ENGINE_IMAGE (fallback cold)"
@@ -164,10 +161,7 @@ cri_started_cold() {
 	port=$(free_port)
 	run_engine_pod csrc "$ENGINE_IMAGE" "$port"
 	wait_healthy "$port"
-	local before started
-	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
-	answered "before the checkpoint" "$before"
-	started=$(state_of "$port" start_time)
+	record_engine "$port"
 	checkpoint_for_this_host_not k8s.io "$CTR" "$image" --port "$port" --fallback cold
 	cri_do rmp --force "$POD"
 
@@ -175,7 +169,7 @@ cri_started_cold() {
 	create_from_image cdst "$image" "$port"
 	cri_do start "$CTR"
 	wait_healthy "$port"
-	started_cold "$port" "$started" "$before"
+	started_cold "$port" "$E_START" "$E_TEXT"
 	cri_started_cold "$image"
 	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000, which the checkpointed process may use; starting cold from base image $ENGINE_IMAGE (fallback cold)"
 	local ev
@@ -228,10 +222,7 @@ break_criu_images() {
 	local port image=rekindle.local/ckpt:criu-fails-cold
 	port=$(free_port)
 	start_engine csrc "$port"
-	local before started
-	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
-	answered "before the checkpoint" "$before"
-	started=$(state_of "$port" start_time)
+	record_engine "$port"
 	checkpoint_imported default csrc "$image" --fallback cold
 	run_nerdctl rm -f csrc
 	run_cmd "$BIN/oci-checkpoint" check "$image"
@@ -242,7 +233,7 @@ break_criu_images() {
 	run_nerdctl run -d --name cdst -p "127.0.0.1:$port:30000" "$image"
 	local id=$output
 	wait_healthy "$port"
-	started_cold "$port" "$started" "$before"
+	started_cold "$port" "$E_START" "$E_TEXT"
 	run_nerdctl 1 exec cdst test -e /.rekindle/wake
 	is "$(run_nerdctl inspect cdst; jq -r '.[0].State.Status' <<<"$output")" "running" "container state"
 
@@ -279,10 +270,7 @@ rootfs_mounts() {
 	port=$(free_port)
 	run_engine_pod ksrc "$ENGINE_IMAGE" "$port"
 	wait_healthy "$port"
-	local before started
-	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
-	answered "before the checkpoint" "$before"
-	started=$(state_of "$port" start_time)
+	record_engine "$port"
 	checkpoint_imported k8s.io "$CTR" "$image" --port "$port" --fallback cold
 	cri_do rmp --force "$POD"
 	run_cmd "$BIN/oci-checkpoint" -n k8s.io check "$image"
@@ -294,7 +282,7 @@ rootfs_mounts() {
 	wait_healthy "$port"
 	# A fresh engine on a fresh root filesystem: the rootfs diff that the
 	# failed restore applied (with the wake file) is gone.
-	started_cold "$port" "$started" "$before"
+	started_cold "$port" "$E_START" "$E_TEXT"
 	cri_started_cold "$image"
 	logged "restoring checkpoint image $image failed in the runtime: the runtime failed to restore it: .*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
 	local ev

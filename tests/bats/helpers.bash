@@ -255,6 +255,31 @@ state_of() {
 	engine GET "$1" /state | jq -r ".$2"
 }
 
+# record_engine PORT: remember the engine's output and identity in E_*.
+record_engine() {
+	E_TEXT=$(engine POST "$1" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$E_TEXT"
+	E_PID=$(state_of "$1" pid)
+	E_START=$(state_of "$1" start_time)
+	E_COUNTER=$(state_of "$1" counter)
+}
+
+# damage_cached_pages NAMESPACE LAYER: cut the end off the pages images of
+# the extracted copy in the checkpoint cache entry of LAYER, as a full disk
+# or damage leaves them.
+damage_cached_pages() {
+	local data n=0 f
+	data=$("$BIN/ctr" --address "$RK_DIR/containerd.sock" -n "$1" snapshots mounts /x \
+		"checkpoint-cache/$2/data-view" | grep -o '/[^ ,:]*/snapshots/[0-9]*/fs' | head -1)
+	[ -d "$data/checkpoint" ] || die "no extracted checkpoint under the cache's data view: '$data'"
+	for f in "$data"/checkpoint/pages-*.img; do
+		[ "$(stat -c %s "$f")" -gt 65536 ] || continue
+		truncate -s -64K "$f"
+		n=$((n + 1))
+	done
+	[ "$n" -gt 0 ] || die "no pages image to damage in $data/checkpoint"
+}
+
 # answered WHAT TEXT: TEXT is a real answer, not empty or null, so that a
 # later "same output" check cannot pass on two empty sides.
 answered() {
