@@ -91,7 +91,8 @@ $(BIN)/runc: $(PINS)/runc scripts/apply-patches.sh $(call series,runc-patches) |
 # runs only ours: some upstream tests there assume cgroup v2.
 test-patches: $(BIN)/containerd $(BIN)/runc
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test ./internal/checkpointimage/ -test.root
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestReadAhead' ./core/diff/apply/
+	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestReadAhead|TestReadAtAhead|TestApplyDiffID|TestApplyUncompressedDiffIDIsBlobDigest|TestApplyDirectFromLocalStore' ./core/diff/apply/ -test.root
+	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCopyFileFill|TestApplyLargeFileNoSpace' ./pkg/archive/ -test.root
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestSnapshotRemovableAfterChildCollected' ./core/metadata/
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCheckpointDir|TestCheckpointImagePath|TestColdStart|TestCheckpointCacheEntryFile' ./internal/cri/server/
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestContainerStoreUpdate' ./internal/cri/store/container/
