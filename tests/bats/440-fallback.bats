@@ -4,7 +4,8 @@
 # with `oci-checkpoint create --fallback cold`, it starts cold from its base
 # image with the checkpointed container's own command and environment,
 # through nerdctl and through CRI, and containerd says so in its log and an
-# event; made without, the run fails with the reason and leaves nothing.
+# event (a foreground nerdctl run follows the cold start, 0019); made
+# without, the run fails with the reason and leaves nothing.
 #
 # The host that "cannot restore" is this one: the image's recorded CPU flags
 # get avx9000, a flag no CPU has, as a checkpoint taken on a newer CPU would
@@ -243,6 +244,32 @@ break_criu_images() {
 	echo "event: $ev" >&2
 	is "$(jq -r '.labels["checkpoint.image"]' <<<"$ev")" "$image" "event: the checkpoint image"
 	[[ $(jq -r .labels.reasons <<<"$ev") == *"the runtime failed to restore it"* ]] || die "the event does not give the reason"
+}
+
+@test "nerdctl run in the foreground: a restore that CRIU fails, with --fallback cold, follows the cold start to its exit" {
+	local port image=rekindle.local/ckpt:criu-fails-fg fg rc=0 out=$BATS_TEST_TMPDIR/fg.out
+	port=$(free_port)
+	start_engine fgsrc "$port"
+	record_engine "$port"
+	checkpoint_imported default fgsrc "$image" --fallback cold
+	run_nerdctl rm -f fgsrc
+	break_criu_images "$image"
+
+	port=$(free_port)
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" run --name fgdst -p "127.0.0.1:$port:30000" "$image" >"$out" 2>&1 &
+	fg=$!
+	wait_healthy "$port"
+	started_cold "$port" "$E_START" "$E_TEXT"
+	sleep 1
+	kill -0 "$fg" 2>/dev/null || die "the foreground nerdctl run returned while its container runs cold: $(cat "$out")"
+
+	run_nerdctl stop fgdst
+	wait_for "the foreground nerdctl run to return" 30 gone "$fg"
+	wait "$fg" || rc=$?
+	echo "nerdctl run: exit $rc; output:" >&2
+	cat "$out" >&2
+	run_nerdctl inspect fgdst
+	is "$rc" "$(sed -n '/^\[/,$p' <<<"$output" | jq -r '.[0].State.ExitCode')" "nerdctl run's exit status, the cold container's"
 }
 
 @test "nerdctl run: a restore that CRIU fails, of an image made without --fallback, fails" {
