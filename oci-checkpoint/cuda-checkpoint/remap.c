@@ -289,13 +289,15 @@ static int is_gpu_node(const char *name)
 	return 1;
 }
 
-/* The GPUs the restored process can open: /dev/nvidiaN in its root, by minor. */
-static int read_visible(int pid, CUuuid *out, int *n)
+/* The GPUs the restored process can open: /dev/nvidiaN in its root, by
+ * minor; ntotal: how many GPUs the host has. */
+static int read_visible(int pid, CUuuid *out, int *n, int *ntotal)
 {
 	struct node gpus[MAX_GPUS];
 	int ngpus, minors[MAX_GPUS], nm = 0;
 	if (read_driver_gpus(gpus, &ngpus))
 		return -1;
+	*ntotal = ngpus;
 
 	char dir[4096];
 	snprintf(dir, sizeof dir, "%s/%d/root/dev", proc_root(), pid);
@@ -402,16 +404,70 @@ static int same_set(const CUuuid *a, int na, const CUuuid *b, int nb)
 	return 1;
 }
 
+/* Gives the restored process a /dev/nvidiaN for each of gpus that its /dev
+ * lacks, as the container runtime would have made it: the driver opens
+ * the node of the GPU it restores onto, in the process's own root. */
+static int make_nodes(int pid, const CUuuid *gpus, int n)
+{
+	struct node all[MAX_GPUS];
+	int nall;
+	if (read_driver_gpus(all, &nall))
+		return -1;
+	int dfd = open_in_root(pid, "/dev", O_RDONLY | O_DIRECTORY);
+	if (dfd < 0) {
+		fail("cannot open /dev of pid %d: %s", pid, strerror(errno));
+		return -1;
+	}
+	int ret = 0;
+	for (int i = 0; i < n && !ret; i++) {
+		int j = 0;
+		while (j < nall && memcmp(&all[j].uuid, &gpus[i], sizeof(CUuuid)))
+			j++;
+		if (j == nall)
+			continue;
+		char name[32], b[48];
+		struct stat st;
+		snprintf(name, sizeof name, "nvidia%d", all[j].minor);
+		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
+			continue;
+		if (mknodat(dfd, name, S_IFCHR | 0666, makedev(NVIDIA_MAJOR, all[j].minor)) < 0 ||
+		    fchmodat(dfd, name, 0666, 0) < 0) {
+			fail("cannot create /dev/%s for %s in pid %d's root: %s", name, uuid_str(&gpus[i], b), pid,
+			     strerror(errno));
+			ret = -1;
+		} else {
+			note("pid %d: created /dev/%s (%s) in its root", pid, name, uuid_str(&gpus[i], b));
+		}
+	}
+	close(dfd);
+	return ret;
+}
+
 /* Pairs from devices.json and the process's /dev. 1: restore without remap. */
 static int auto_pairs(int pid, const CUuuid *host, int nhost, CUcheckpointGpuPair *p, int *n)
 {
 	CUuuid old[MAX_GPUS], vis[MAX_GPUS];
-	int nold, nvis;
+	int nold, nvis, ntotal;
 	char json[4096];
 	snprintf(json, sizeof json, "%s/%d/root/.rekindle/devices.json", proc_root(), pid);
 
-	if (read_visible(pid, vis, &nvis))
+	if (read_visible(pid, vis, &nvis, &ntotal))
 		return -1;
+	/* In a container, CRIU restores /dev as it was dumped, with the nodes of
+	 * the GPUs the process ran on, while the new container's device cgroup
+	 * lets the driver show this process only the GPUs it was given. When
+	 * /dev names a GPU outside that narrowed view, the view is the truth. */
+	int stale = 0;
+	for (int i = 0; i < nvis; i++)
+		stale |= find(host, nhost, &vis[i]) < 0;
+	if (stale && nhost > 0 && nhost < ntotal) {
+		note("pid %d: its /dev holds the checkpoint's GPU nodes; the driver shows it %d of the host's %d GPUs:"
+		     " restoring onto those", pid, nhost, ntotal);
+		memcpy(vis, host, (size_t)nhost * sizeof *host);
+		nvis = nhost;
+		if (make_nodes(pid, vis, nvis))
+			return -1;
+	}
 	int r = read_old(pid, json, old, &nold);
 	if (r < 0)
 		return -1;

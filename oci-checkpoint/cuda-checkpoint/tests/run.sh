@@ -293,6 +293,26 @@ test_gpu_node_unknown_to_the_driver() {
 	is "$rc" 1 "exit status" && has "$out" "GPU minor 5" "error"
 }
 
+# In a container, CRIU restores /dev with the checkpoint's node (nvidia1) while
+# the new container's device cgroup lets the driver show only its own GPU 0.
+test_stale_dev_in_a_narrowed_driver_view_restores_onto_the_views_gpus() {
+	host 2; sees 1; recorded 1
+	STUB_UUIDS=${U[0]} REKINDLE_CUDA_CHECKPOINT_LOG=$T/log ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" && restored_with "pairs=1 reserved=0 ${U[1]}>${U[0]}" &&
+		has "$(cat "$T/log")" "the driver shows it 1 of the host's 2 GPUs" "log" || return 1
+	[ "$(id -u)" = 0 ] || { echo "  (not root: /dev/nvidia0 creation not checked)"; return 0; }
+	is "$(stat -c '%F %t:%T %a' "$T/proc/$P/root/dev/nvidia0")" "character special file c3:0 666" \
+		"created /dev/nvidia0 (195:0)"
+}
+
+# Outside a device cgroup the driver shows every GPU: /dev is what counts.
+test_dev_inside_the_whole_driver_view_is_used_as_is() {
+	host 2; sees 1; recorded 1
+	ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" && restored_with "args=null" || return 1
+	[ ! -e "$T/proc/$P/root/dev/nvidia0" ] || { echo "  created a node although the view was not narrowed"; return 1; }
+}
+
 test_device_map_overrides_and_is_completed() {
 	host 2; sees 0 1; recorded 0 1
 	ckpt --action restore --pid $P --device-map "${U[1]}=${U[0]}"
