@@ -290,14 +290,10 @@ static int is_gpu_node(const char *name)
 }
 
 /* The GPUs the restored process can open: /dev/nvidiaN in its root, by
- * minor; ntotal: how many GPUs the host has. */
-static int read_visible(int pid, CUuuid *out, int *n, int *ntotal)
+ * minor, among the host's gpus. */
+static int read_visible(int pid, const struct node *gpus, int ngpus, CUuuid *out, int *n)
 {
-	struct node gpus[MAX_GPUS];
-	int ngpus, minors[MAX_GPUS], nm = 0;
-	if (read_driver_gpus(gpus, &ngpus))
-		return -1;
-	*ntotal = ngpus;
+	int minors[MAX_GPUS], nm = 0;
 
 	char dir[4096];
 	snprintf(dir, sizeof dir, "%s/%d/root/dev", proc_root(), pid);
@@ -407,12 +403,8 @@ static int same_set(const CUuuid *a, int na, const CUuuid *b, int nb)
 /* Gives the restored process a /dev/nvidiaN for each of gpus that its /dev
  * lacks, as the container runtime would have made it: the driver opens
  * the node of the GPU it restores onto, in the process's own root. */
-static int make_nodes(int pid, const CUuuid *gpus, int n)
+static int make_nodes(int pid, const struct node *all, int nall, const CUuuid *gpus, int n)
 {
-	struct node all[MAX_GPUS];
-	int nall;
-	if (read_driver_gpus(all, &nall))
-		return -1;
 	int dfd = open_in_root(pid, "/dev", O_RDONLY | O_DIRECTORY);
 	if (dfd < 0) {
 		fail("cannot open /dev of pid %d: %s", pid, strerror(errno));
@@ -446,12 +438,13 @@ static int make_nodes(int pid, const CUuuid *gpus, int n)
 /* Pairs from devices.json and the process's /dev. 1: restore without remap. */
 static int auto_pairs(int pid, const CUuuid *host, int nhost, CUcheckpointGpuPair *p, int *n)
 {
+	struct node gpus[MAX_GPUS];
 	CUuuid old[MAX_GPUS], vis[MAX_GPUS];
-	int nold, nvis, ntotal;
+	int ngpus, nold, nvis;
 	char json[4096];
 	snprintf(json, sizeof json, "%s/%d/root/.rekindle/devices.json", proc_root(), pid);
 
-	if (read_visible(pid, vis, &nvis, &ntotal))
+	if (read_driver_gpus(gpus, &ngpus) || read_visible(pid, gpus, ngpus, vis, &nvis))
 		return -1;
 	/* In a container, CRIU restores /dev as it was dumped, with the nodes of
 	 * the GPUs the process ran on, while the new container's device cgroup
@@ -460,12 +453,12 @@ static int auto_pairs(int pid, const CUuuid *host, int nhost, CUcheckpointGpuPai
 	int stale = 0;
 	for (int i = 0; i < nvis; i++)
 		stale |= find(host, nhost, &vis[i]) < 0;
-	if (stale && nhost > 0 && nhost < ntotal) {
+	if (stale && nhost > 0 && nhost < ngpus) {
 		note("pid %d: its /dev holds the checkpoint's GPU nodes; the driver shows it %d of the host's %d GPUs:"
-		     " restoring onto those", pid, nhost, ntotal);
+		     " restoring onto those", pid, nhost, ngpus);
 		memcpy(vis, host, (size_t)nhost * sizeof *host);
 		nvis = nhost;
-		if (make_nodes(pid, vis, nvis))
+		if (make_nodes(pid, gpus, ngpus, vis, nvis))
 			return -1;
 	}
 	int r = read_old(pid, json, old, &nold);
