@@ -25,7 +25,7 @@ RUNC_BUILDTAGS       ?= seccomp
 CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
 
 STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk $(BIN)/nvidia-cdi-hook \
-	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge
+	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge $(BIN)/mkfs.erofs
 
 .PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches test-criu demo bench bench-criu clean distclean FORCE
 
@@ -52,6 +52,7 @@ PIN_nvctk         = $(NVCTK_VERSION) $(NVCTK_SUM)
 PIN_checkpointctl = $(CHECKPOINTCTL_VERSION) $(CHECKPOINTCTL_SUM) $(CHECKPOINTCTL_GOCRIU)
 PIN_critools      = $(CRITOOLS_VERSION) $(CRITOOLS_SUM)
 PIN_cni           = $(CNI_VERSION) $(CNI_SUM) $(CNI_PLUGINS)
+PIN_erofs         = $(EROFS_UTILS_DEB_VERSION) $(EROFS_UTILS_SHA256)
 
 # Fragments add their outputs to BUILD_EXTRA and their unit-test targets to UNIT_TESTS.
 BUILD_EXTRA :=
@@ -171,6 +172,11 @@ demo: build ## checkpoint a running engine and restore it with nerdctl run, prin
 
 bench: build ## benchmarks: restore phase times, first vs cached
 	scripts/bench.sh
+
+# mkfs.erofs: containerd indexes a checkpoint layer with it, so the restore
+# reads the layer in place (containerd-patches/0020).
+$(BIN)/mkfs.erofs: $(PINS)/erofs scripts/build-erofs-utils.sh | $(BUILDDIR)/.deps
+	scripts/build-erofs-utils.sh $(EROFS_UTILS_VERSION) $(EROFS_UTILS_DEB_VERSION) $(EROFS_UTILS_SHA256) $(SRC)/erofs-utils $(BUILDDIR)
 
 # Stock CRIU, the same pinned release without criu-patches/, for bench-criu.
 $(BUILDDIR)/stock/bin/criu: $(PINS)/criu scripts/build-criu.sh | $(BUILDDIR)/.deps

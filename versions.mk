@@ -35,6 +35,12 @@ CRIU_VERSION        := 4.2.1
 CRIU_DEB_VERSION    := 4.2.1-1
 CRIU_SHA256         := 29ec0ee09e296479fe7048c80980e8ef1d0684d0b0204c2b101dfea19f6725b9
 
+# mkfs.erofs for reading a checkpoint layer in place (--tar=i needs 1.7 or
+# later; Debian 12 ships 1.5), built from Debian trixie's source.
+EROFS_UTILS_VERSION     := 1.8.6
+EROFS_UTILS_DEB_VERSION := 1.8.6-1
+EROFS_UTILS_SHA256      := 5b221dc3fd6d151425b30534ede46fb7a90dc233a8659cba0372796b0a066547
+
 # Debian release the offline base image is bootstrapped from.
 BASE_SUITE          := bookworm
 

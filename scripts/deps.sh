@@ -11,6 +11,8 @@ pkgs=(
 	libseccomp-dev
 	libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler protobuf-compiler python3-protobuf
 	libnl-3-dev libnet1-dev libcap-dev libbsd-dev libgnutls28-dev uuid-dev libnftables-dev
+	# mkfs.erofs from source (scripts/build-erofs-utils.sh)
+	autoconf automake libtool
 	# run and test
 	iptables iproute2 kmod containernetworking-plugins bats skopeo docker-registry
 	debootstrap umoci busybox-static python3 python3-pytest psmisc
