@@ -90,9 +90,10 @@ $(BIN)/runc: $(PINS)/runc scripts/apply-patches.sh $(call series,runc-patches) |
 
 # The patch series' own unit tests, run in the patched trees. CRI's package
 # runs only ours: some upstream tests there assume cgroup v2.
-test-patches: $(BIN)/containerd $(BIN)/runc
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test ./internal/checkpointimage/ -test.root
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestReadAhead|TestReadAtAhead|TestApplyDiffID|TestApplyUncompressedDiffIDIsBlobDigest|TestApplyDirectFromLocalStore' ./core/diff/apply/ -test.root
+# The in-place tests (0020, 0021) call the built mkfs.erofs.
+test-patches: $(BIN)/containerd $(BIN)/runc $(BIN)/mkfs.erofs
+	cd $(SRC)/containerd && PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test ./internal/checkpointimage/ -test.root
+	cd $(SRC)/containerd && PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test -run 'TestReadAhead|TestReadAtAhead|TestApplyDiffID|TestApplyUncompressedDiffIDIsBlobDigest|TestApplyDirectFromLocalStore|TestApplyInPlace' ./core/diff/apply/ -test.root
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCopyFileFill|TestApplyLargeFileNoSpace' ./pkg/archive/ -test.root
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestSnapshotRemovableAfterChildCollected' ./core/metadata/
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCheckpointDir|TestCheckpointImagePath|TestColdStart|TestCheckpointCacheEntryFile' ./internal/cri/server/

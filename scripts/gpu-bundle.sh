@@ -15,7 +15,7 @@ trap 'rm -rf "$stage"' EXIT
 
 mkdir -p "$stage/bin/cni" "$stage/lib/criu" "$stage/images"
 for t in containerd containerd-shim-runc-v2 ctr runc criu nerdctl nvidia-ctk \
-	nvidia-cdi-hook cuda-checkpoint oci-checkpoint rekindle-wake rekindle-weights; do
+	nvidia-cdi-hook cuda-checkpoint oci-checkpoint rekindle-wake rekindle-weights mkfs.erofs; do
 	[ -x "$b/bin/$t" ] || die "$b/bin/$t is missing: run 'make build' first"
 	cp "$b/bin/$t" "$stage/bin/"
 done

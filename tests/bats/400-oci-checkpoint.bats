@@ -105,6 +105,58 @@ no_container() {
 	run_nerdctl rm -f dst
 }
 
+# manifest_of IMAGE: the manifest of IMAGE in the local store.
+manifest_of() {
+	local c=("$BIN/ctr" -a "$CONTAINERD_ADDRESS")
+	"${c[@]}" content get "$("${c[@]}" images ls | awk -v i="$1" '$1 == i {print $3}')"
+}
+
+# erofs_mounts: the EROFS mounts under this containerd's state directory.
+erofs_mounts() {
+	findmnt -rn -t erofs -o TARGET,SOURCE | awk -v d="$RK_DIR/" 'index($1, d) == 1' || true
+}
+
+no_erofs_mounts() {
+	[ -z "$(erofs_mounts)" ]
+}
+
+# containerd-patches/0020 and 0021: the uncompressed checkpoint layer is
+# kept as an EROFS tar index over its blob when nerdctl unpacks it, and
+# the restore reads the memory pages from the blob through that mount.
+@test "nerdctl run reads an uncompressed checkpoint layer in place; the mount goes with the image" {
+	local port image=rekindle.local/ckpt:in-place layer before
+	port=$(free_port)
+	start_engine ipsrc "$port"
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
+	ocicp create --quiet ipsrc "$image"
+	run_nerdctl rm -f ipsrc
+	is "$(manifest_of "$image" | jq -r '.layers[0].annotations["org.rekindle.layer.in-place"]')" "erofs" "layer annotation"
+	layer=$(manifest_of "$image" | jq -r '.layers[0].digest')
+	no_erofs_mounts || die "EROFS mounts before the restore: $(erofs_mounts)"
+
+	local p
+	for p in 1 2; do
+		port=$(free_port)
+		run_nerdctl run -d --name "ipdst$p" -p "127.0.0.1:$port:30000" "$image"
+		wait_for "the wake helper's status" 30 status_of "ipdst$p"
+		is "$(jq -r .outcome <<<"$(status_of "ipdst$p")")" "resumed" "helper outcome, restore $p"
+		is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after restore $p"
+	done
+	is "$(grep -c "checkpoint layer $layer, read in place through its EROFS tar index" "$RK_DIR/containerd.log")" "1" "layer read in place"
+	is "$(grep -c "stored extracted checkpoint of checkpoint layer $layer" "$RK_DIR/containerd.log")" "0" "extractions"
+	is "$(erofs_mounts | wc -l)" "1" "one mount for both restores"
+	[[ $(erofs_mounts) == *"/layer.erofs" ]] || die "the mount is not the layer's index: $(erofs_mounts)"
+	local snap
+	snap=$(dirname "$(erofs_mounts | awk '{print $2}')")
+	is "$(ls "$snap" | tr '\n' ' ')" "layer.erofs layer.tar " "the unpacked snapshot"
+	is "$(stat -c %i "$snap/layer.tar")" "$(stat -c %i "$RK_DIR/root/io.containerd.content.v1.content/blobs/sha256/${layer#sha256:}")" "the snapshot links the blob"
+
+	run_nerdctl rm -f ipdst1 ipdst2
+	run_nerdctl rmi "$image"
+	wait_for "GC to unmount the layer" 30 no_erofs_mounts
+}
+
 @test "inspect and check read the manifest, locally and from the registry" {
 	local port reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:inspect
 	port=$(free_port)
@@ -201,6 +253,7 @@ no_container() {
 	manifest=$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" images ls -q | grep -qx "$image" &&
 		"$BIN/ctr" -a "$CONTAINERD_ADDRESS" content get "$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" images ls | awk -v i="$image" '$1 == i {print $3}')")
 	is "$(jq -r '.layers[0].mediaType' <<<"$manifest")" "application/vnd.oci.image.layer.v1.tar+zstd" "layer media type"
+	is "$(jq -r '.layers[0].annotations' <<<"$manifest")" "null" "no in-place annotation on a compressed layer"
 	run_nerdctl rm -f zsrc
 	port=$(free_port)
 	run_nerdctl run -d --name zdst -p "127.0.0.1:$port:30000" "$image"

@@ -20,6 +20,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/progress"
 )
 
@@ -101,6 +102,9 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 	}
 	committed = true
 	desc.MediaType = mediaType
+	if zw == nil {
+		desc.Annotations = map[string]string{annotations.LayerInPlace: annotations.LayerInPlaceEROFS}
+	}
 	if diffID == nil {
 		return desc, desc.Digest, nil
 	}
