@@ -289,7 +289,7 @@ def markdown(r):
             f"| checkpoint pages (CRIU `pages-*.img`) | {cell(f['pages_bytes'] and {k: v / 1e6 for k, v in f['pages_bytes'].items() if k != 'n'}, ' MB', 0)} |",
             f"| memcpy, warm destination | {cell(f['memcpy_gbps'], ' GB/s')} |",
             f"| memcpy, into fresh pages (faults included) | {cell(f['memcpy_fresh_gbps'], ' GB/s')} |",
-            f"| disk read of the pages, page cache dropped | {cell(f['disk_read_gbps'], ' GB/s')} |"]
+            f"| disk read of the pages (of the layer's blob when read in place), page cache dropped | {cell(f['disk_read_gbps'], ' GB/s')} |"]
     if f.get("h2d_pinned_gbps"):
         out.append(f"| pinned host-to-device copy | {cell(f['h2d_pinned_gbps'], ' GB/s')} |")
     if f.get("weights_reload_gbps"):

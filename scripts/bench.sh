@@ -259,14 +259,25 @@ for rep in $(seq "$reps"); do
 	snap=$( { find "$dir/root/io.containerd.snapshotter.v1.overlayfs/snapshots" -xdev -cnewer "$dir/mark" -type f \
 		-name 'pages-*.img' -path '*/fs/checkpoint/*' 2>/dev/null || true; } | sed 's|/fs/checkpoint/.*||' | sort -Vu | tail -1)
 	mapfile -t pages < <(find "${snap:-/nonexistent}/fs/checkpoint" -name 'pages-*.img' -type f 2>/dev/null)
-	[ ${#pages[@]} -gt 0 ] || die "no pages-*.img extracted under $dir/root for $image"
 	layer=$(bench_log layer "$dir/containerd.log")
 	blob=$dir/root/io.containerd.content.v1.content/blobs/sha256/${layer#sha256:}
+	floor_files=("${pages[@]}")
+	if [ ${#pages[@]} -eq 0 ] && [ -n "$layer" ] && [ -f "$blob" ]; then
+		# Kept in place (containerd-patches/0020, 0021): CRIU read the pages
+		# from the blob through the EROFS mount of the snapshot that links it;
+		# the disk's floor is then a cold read of the blob.
+		mnt=$(findmnt -rn -t erofs -o TARGET,SOURCE | while read -r t s; do
+			[ "$(stat -c %i "$(dirname "$s")/layer.tar" 2>/dev/null)" = "$(stat -c %i "$blob")" ] && echo "$t"
+		done | head -1)
+		mapfile -t pages < <(find "${mnt:-/nonexistent}/checkpoint" -name 'pages-*.img' -type f 2>/dev/null)
+		floor_files=("$blob")
+	fi
+	[ ${#pages[@]} -gt 0 ] || die "no pages-*.img extracted or mounted in place under $dir/root for $image"
 	layer_bytes=null
 	[ -n "$layer" ] && [ -f "$blob" ] && layer_bytes=$(stat -c %s "$blob")
 	pages_bytes=$(du -cb "${pages[@]}" | tail -1 | cut -f1)
 	mem=$(memcpy_bw)
-	disk=$(disk_read "${pages[@]}")
+	disk=$(disk_read "${floor_files[@]}")
 	dwrite=$(disk_write)
 	extra=$(bench_extra_bandwidth)
 	jq -cn --argjson rep "$rep" --argjson pages "$pages_bytes" --argjson layer "$layer_bytes" \
