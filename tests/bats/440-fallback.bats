@@ -199,14 +199,17 @@ cri_started_cold() {
 }
 
 # break_criu_images IMAGE [NS]: remove inventory.img from the CRIU images of
-# checkpoint IMAGE (uncompressed, unpacked by the import) in containerd
-# namespace NS (default) where the restore reads them, in the image's
-# snapshot, so that CRIU fails to restore it on a host that passes the
-# preflight.
+# checkpoint IMAGE (made with --compression zstd, so that the import
+# extracts its layer: an uncompressed one is kept in place, read-only) in
+# containerd namespace NS (default) where the restore reads them, in the
+# image's snapshot, so that CRIU fails to restore it on a host that passes
+# the preflight.
 break_criu_images() {
 	local layer dir ns=${2:-default}
 	local c=("$BIN/ctr" --address "$RK_DIR/containerd.sock" -n "$ns")
-	layer=$("$BIN/oci-checkpoint" -n "$ns" inspect --json "$1" | sed -n '/^{/,/^}/p' | jq -r .layer_digest)
+	# The snapshot is named by the chain ID: for one layer, its diff ID.
+	run_nerdctl --namespace "$ns" image inspect --mode native "$1"
+	layer=$("${c[@]}" content get "$(jq -r '.[0].ImageConfigDesc.digest' <<<"$output")" | jq -r '.rootfs.diff_ids[0]')
 	# The view's mounts come back from the call that makes it: the view
 	# holds no lease, so containerd's garbage collector may take it at any
 	# time after (a removal just before triggers a collection). Only the
@@ -224,7 +227,7 @@ break_criu_images() {
 	port=$(free_port)
 	start_engine csrc "$port"
 	record_engine "$port"
-	checkpoint_imported default csrc "$image" --fallback cold
+	checkpoint_imported default csrc "$image" --fallback cold --compression zstd
 	run_nerdctl rm -f csrc
 	run_cmd "$BIN/oci-checkpoint" check "$image"
 	break_criu_images "$image"
@@ -251,7 +254,7 @@ break_criu_images() {
 	port=$(free_port)
 	start_engine fgsrc "$port"
 	record_engine "$port"
-	checkpoint_imported default fgsrc "$image" --fallback cold
+	checkpoint_imported default fgsrc "$image" --fallback cold --compression zstd
 	run_nerdctl rm -f fgsrc
 	break_criu_images "$image"
 
@@ -276,7 +279,7 @@ break_criu_images() {
 	local port image=rekindle.local/ckpt:criu-fails-none
 	port=$(free_port)
 	start_engine fnsrc "$port"
-	checkpoint_imported default fnsrc "$image"
+	checkpoint_imported default fnsrc "$image" --compression zstd
 	run_nerdctl rm -f fnsrc
 	break_criu_images "$image"
 
@@ -298,7 +301,7 @@ rootfs_mounts() {
 	run_engine_pod ksrc "$ENGINE_IMAGE" "$port"
 	wait_healthy "$port"
 	record_engine "$port"
-	checkpoint_imported k8s.io "$CTR" "$image" --port "$port" --fallback cold
+	checkpoint_imported k8s.io "$CTR" "$image" --port "$port" --fallback cold --compression zstd
 	cri_do rmp --force "$POD"
 	run_cmd "$BIN/oci-checkpoint" -n k8s.io check "$image"
 	break_criu_images "$image" k8s.io
@@ -335,7 +338,7 @@ rootfs_mounts() {
 	port=$(free_port)
 	run_engine_pod knsrc "$ENGINE_IMAGE" "$port"
 	wait_healthy "$port"
-	checkpoint_imported k8s.io "$CTR" "$image" --port "$port"
+	checkpoint_imported k8s.io "$CTR" "$image" --port "$port" --compression zstd
 	cri_do rmp --force "$POD"
 	break_criu_images "$image" k8s.io
 
