@@ -13,18 +13,7 @@ need_tool apt-get sha256sum make gcc protoc-c
 
 tarball="criu_${ver}.orig.tar.xz"
 dl=$(dirname "$src")/dl
-mkdir -p "$dl"
-if ! echo "$sha  $dl/$tarball" | sha256sum -c --status 2>/dev/null; then
-	state=$(mktemp -d)
-	trap 'rm -rf "$state"' EXIT
-	private_apt "$state" deb-src "sid trixie"
-	note "fetching criu $debver source from $(apt_mirror)"
-	(cd "$state" && apt-get "${APT_OPTS[@]}" source --download-only --tar-only -qq "criu=$debver") ||
-		die "criu $debver is not in Debian's sid/trixie sources any more: pick another in versions.mk"
-	echo "$sha  $state/$tarball" | sha256sum -c --status ||
-		die "checksum mismatch for $tarball: expected $sha (versions.mk), got $(sha256sum "$state/$tarball" | cut -d' ' -f1)"
-	mv "$state/$tarball" "$dl/$tarball"
-fi
+fetch_orig criu "$debver" "$tarball" "$sha" "$dl"
 
 rm -rf "$src"
 mkdir -p "$src"

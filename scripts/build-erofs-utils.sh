@@ -13,18 +13,7 @@ need_tool apt-get sha256sum make gcc autoreconf
 
 tarball="erofs-utils_${ver}.orig.tar.gz"
 dl=$(dirname "$src")/dl
-mkdir -p "$dl"
-if ! echo "$sha  $dl/$tarball" | sha256sum -c --status 2>/dev/null; then
-	state=$(mktemp -d)
-	trap 'rm -rf "$state"' EXIT
-	private_apt "$state" deb-src "trixie sid"
-	note "fetching erofs-utils $debver source from $(apt_mirror)"
-	(cd "$state" && apt-get "${APT_OPTS[@]}" source --download-only --tar-only -qq "erofs-utils=$debver") ||
-		die "erofs-utils $debver is not in Debian's trixie/sid sources any more: pick another in versions.mk"
-	echo "$sha  $state/$tarball" | sha256sum -c --status ||
-		die "checksum mismatch for $tarball: expected $sha (versions.mk), got $(sha256sum "$state/$tarball" | cut -d' ' -f1)"
-	mv "$state/$tarball" "$dl/$tarball"
-fi
+fetch_orig erofs-utils "$debver" "$tarball" "$sha" "$dl"
 
 rm -rf "$src"
 mkdir -p "$src"

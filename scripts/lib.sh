@@ -66,3 +66,22 @@ private_apt() {
 		-o Dir::Etc::SourceParts=- -o "Dir::State::Lists=$state/lists")
 	apt-get "${APT_OPTS[@]}" update -qq || die "apt-get update of $suites from $mirror failed"
 }
+
+# fetch_orig PACKAGE DEB_VERSION TARBALL SHA256 DLDIR: put Debian's orig
+# tarball of PACKAGE=DEB_VERSION (from sid or trixie sources, through a
+# private apt state) in DLDIR, unless a copy matching SHA256 is there; stop
+# on a checksum mismatch.
+fetch_orig() (
+	local pkg=$1 debver=$2 tarball=$3 sha=$4 dl=$5 state
+	mkdir -p "$dl"
+	echo "$sha  $dl/$tarball" | sha256sum -c --status 2>/dev/null && exit 0
+	state=$(mktemp -d)
+	trap 'rm -rf "$state"' EXIT
+	private_apt "$state" deb-src "sid trixie"
+	note "fetching $pkg $debver source from $(apt_mirror)"
+	(cd "$state" && apt-get "${APT_OPTS[@]}" source --download-only --tar-only -qq "$pkg=$debver") ||
+		die "$pkg $debver is not in Debian's sid/trixie sources any more: pick another in versions.mk"
+	echo "$sha  $state/$tarball" | sha256sum -c --status ||
+		die "checksum mismatch for $tarball: expected $sha (versions.mk), got $(sha256sum "$state/$tarball" | cut -d' ' -f1)"
+	mv "$state/$tarball" "$dl/$tarball"
+)
