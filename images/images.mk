@@ -23,8 +23,11 @@ GPU_ENGINE_PARAMS_GB ?= 1
 # The same engine with transformers' model code, torch.compile and CUDA graphs.
 HF_ENGINE_IMAGE_REF  ?= rekindle.local/hf-engine:latest
 HF_ENGINE_IMAGE_TAR  := $(IMAGES_OUT)/hf-engine.tar
+# The same base running the host's vLLM (images/vllm/serve.py) on a bound model.
+VLLM_ENGINE_IMAGE_REF ?= rekindle.local/vllm-engine:latest
+VLLM_ENGINE_IMAGE_TAR := $(IMAGES_OUT)/vllm-engine.tar
 
-IMAGE_TARS := $(BASE_IMAGE_TAR) $(CPU_ENGINE_IMAGE_TAR) $(GPU_ENGINE_IMAGE_TAR) $(HF_ENGINE_IMAGE_TAR)
+IMAGE_TARS := $(BASE_IMAGE_TAR) $(CPU_ENGINE_IMAGE_TAR) $(GPU_ENGINE_IMAGE_TAR) $(HF_ENGINE_IMAGE_TAR) $(VLLM_ENGINE_IMAGE_TAR)
 BUILD_EXTRA += $(IMAGE_TARS)
 UNIT_TESTS += test-images
 
@@ -41,6 +44,7 @@ IMAGE_PARAMS_base       = $(BASE_SUITE) $(BASE_IMAGE_REF)
 IMAGE_PARAMS_cpu-engine = $(CPU_ENGINE_IMAGE_REF) $(ENGINE_WEIGHTS_MB)
 IMAGE_PARAMS_gpu-engine = $(GPU_ENGINE_IMAGE_REF) $(GPU_ENGINE_PARAMS_GB)
 IMAGE_PARAMS_hf-engine  = $(HF_ENGINE_IMAGE_REF) $(GPU_ENGINE_PARAMS_GB)
+IMAGE_PARAMS_vllm-engine = $(VLLM_ENGINE_IMAGE_REF)
 
 $(BASE_IMAGE_TAR): $(IMAGES_OUT)/.params-base $(IMAGES_SRC)/base/build.sh \
 		$(IMAGES_SRC)/base/packages $(IMAGES_SRC)/lib.sh
@@ -62,7 +66,11 @@ $(HF_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-hf-engine $(GPU_ENGINE_FILES)
 	GPU_ENGINE_BACKEND=transformers GPU_ENGINE_IMAGE_REF=$(HF_ENGINE_IMAGE_REF) \
 		GPU_ENGINE_PARAMS_GB=$(GPU_ENGINE_PARAMS_GB) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
+$(VLLM_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-vllm-engine $(GPU_ENGINE_FILES) $(IMAGES_SRC)/vllm/serve.py
+	GPU_ENGINE_BACKEND=vllm GPU_ENGINE_IMAGE_REF=$(VLLM_ENGINE_IMAGE_REF) $(IMAGES_SRC)/gpu-engine/build.sh $@
+
 test-images: ## unit tests of the CPU and GPU reference engines and the weight set client (plain python3; torch and CUDA tests skip without them)
 	cd $(IMAGES_SRC)/cpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
 	cd $(IMAGES_SRC)/gpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
 	cd $(IMAGES_SRC)/weights && python3 -B -m unittest test_rekindle_weights
+	cd $(IMAGES_SRC)/vllm && python3 -B -m unittest test_serve

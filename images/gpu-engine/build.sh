@@ -23,7 +23,8 @@ backend=${GPU_ENGINE_BACKEND:-reference}
 case $backend in
 reference) ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/gpu-engine:latest} ;;
 transformers) ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/hf-engine:latest} ;;
-*) die "GPU_ENGINE_BACKEND=$backend: want reference or transformers" ;;
+vllm) ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/vllm-engine:latest} ;;
+*) die "GPU_ENGINE_BACKEND=$backend: want reference, transformers or vllm" ;;
 esac
 tag=${ref##*:}
 gb=${GPU_ENGINE_PARAMS_GB:-1}
@@ -46,7 +47,8 @@ for f in server.py launch.sh host-python.sh; do
 done
 install -m 0644 "$here/hf_model.py" "$root/engine/hf_model.py"
 extra_env=()
-if [ "$backend" = transformers ]; then
+profile=sglang port=30000
+if [ "$backend" != reference ]; then
 	install -m 0755 "$here/cc" "$root/engine/cc"
 	ln -s cc "$root/engine/c++"
 	mkdir -p "$root/lib64" "$root/var/cache/engine"
@@ -59,10 +61,24 @@ if [ "$backend" = transformers ]; then
 	# The host's tools last on PATH: inductor and triton run a few (ptxas
 	# comes with triton; openssl, on a CPU, hashes headers).
 	extra_env=(--config.env PATH=/bin:/usr/bin:/host/usr/bin
-		--config.env ENGINE_BACKEND=transformers --config.env ENGINE_EXPORT_LIBRARY_PATH=1
+		--config.env ENGINE_BACKEND=$backend --config.env ENGINE_EXPORT_LIBRARY_PATH=1
 		--config.env CC=/engine/cc --config.env CXX=/engine/c++
 		--config.env TORCHINDUCTOR_CACHE_DIR=/var/cache/engine/inductor
 		--config.env TRITON_CACHE_DIR=/var/cache/engine/triton)
+fi
+if [ "$backend" = vllm ]; then
+	# vLLM from the host, the model bound at /models/model (images/vllm/serve.py).
+	# Dev mode serves /sleep, /wake_up and /server_info for the checkpoint;
+	# no flashinfer is assumed; vLLM's rendezvous on loopback; no usage
+	# reports; its compile cache in the container, as inductor's.
+	install -m 0755 "$here/../vllm/serve.py" "$root/engine/vllm_serve.py"
+	mkdir -p "$root/models/model"
+	profile=vllm port=8000
+	extra_env+=(--config.env ENGINE_SERVER=/engine/vllm_serve.py
+		--config.env ENGINE_MEMORY_SAVER=0 --config.env MODEL_PATH=/models/model
+		--config.env VLLM_SERVER_DEV_MODE=1 --config.env VLLM_USE_FLASHINFER_SAMPLER=0
+		--config.env VLLM_HOST_IP=127.0.0.1 --config.env VLLM_NO_USAGE_STATS=1 --config.env DO_NOT_TRACK=1
+		--config.env VLLM_CACHE_ROOT=/var/cache/engine/vllm --config.env HOME=/root)
 fi
 # The weight set client (images/weights/): server.py imports it from beside itself.
 install -m 0644 "$here/../weights/rekindle_weights.py" "$root/engine/rekindle_weights.py"
@@ -81,16 +97,16 @@ umoci raw add-layer --image "$layout:$tag" --history.created "$created" \
 umoci config --image "$layout:$tag" --created "$created" --history.created "$created" \
 	--history.created_by "rekindle images/gpu-engine/build.sh" \
 	--config.env PATH=/bin:/usr/bin \
-	--config.env ENGINE_PORT=30000 --config.env ENGINE_HOST=0.0.0.0 \
+	--config.env ENGINE_PORT=$port --config.env ENGINE_HOST=0.0.0.0 \
 	--config.env ENGINE_WEIGHTS_DIR=/weights --config.env "ENGINE_PARAMS_GB=$gb" \
 	--config.env PYTHONUNBUFFERED=1 --config.env PYTHONDONTWRITEBYTECODE=1 \
 	--config.env UV_USE_IO_URING=0 --config.env GLOO_SOCKET_IFNAME=lo \
 	--config.env TORCHINDUCTOR_COMPILE_THREADS=1 --config.env HF_HUB_OFFLINE=1 "${extra_env[@]}" \
 	--clear config.cmd --config.cmd /engine/launch.sh \
-	--config.workingdir /engine --config.exposedports 30000/tcp --config.stopsignal SIGTERM \
+	--config.workingdir /engine --config.exposedports $port/tcp --config.stopsignal SIGTERM \
 	--config.label "org.opencontainers.image.title=rekindle ${ref##*/}" \
 	--config.label "org.opencontainers.image.description=GPU engine, $backend backend (PyTorch transformer, SGLang memory API); runs the host's Python+PyTorch" \
-	--config.label "org.rekindle.engine.profile=sglang" \
+	--config.label "org.rekindle.engine.profile=$profile" \
 	--config.label "org.rekindle.engine.params-gb=$gb"
 oci_pack "$layout" "$tag" "$ref" "$out"
 rm -rf "$work/layer.tar" "$root"

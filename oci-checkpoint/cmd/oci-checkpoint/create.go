@@ -23,6 +23,7 @@ var createCmd = &cli.Command{
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "engine", Value: "sglang", Usage: "engine profile: " + strings.Join(engine.Names, ", ")},
 		&cli.IntFlag{Name: "port", Usage: "engine HTTP port inside the container (default: sglang 30000, vllm 8000)"},
+		&cli.IntFlag{Name: "sleep-level", Usage: fmt.Sprintf("vllm: sleep level before the dump, 1 (weights offloaded to host memory, in the checkpoint) or 2 (weights dropped, reloaded from the model's files on wake) (default %d)", engine.DefaultVLLMSleepLevel)},
 		&cli.StringFlag{Name: "url", Usage: "reach the engine at this URL from the host instead of inside the container's network namespace"},
 		&cli.StringSliceFlag{Name: "quiesce", Usage: "quiesce call, 'POST /path [JSON]' or 'exec COMMAND'; replaces the profile's (repeatable)"},
 		&cli.StringSliceFlag{Name: "resume", Usage: "resume call, same forms; replaces the profile's (repeatable)"},
@@ -114,6 +115,11 @@ func profile(cc *cli.Context) (engine.Profile, error) {
 	p, err := engine.Lookup(cc.String("engine"), cc.Int("port"))
 	if err != nil {
 		return p, err
+	}
+	if cc.IsSet("sleep-level") {
+		if p, err = engine.WithSleepLevel(p, cc.Int("sleep-level")); err != nil {
+			return p, err
+		}
 	}
 	if q := cc.StringSlice("quiesce"); len(q) > 0 {
 		if p.Quiesce, err = parseCalls(q); err != nil {

@@ -8,23 +8,26 @@ package annotations
 import crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 
 const (
-	Prefix      = "org.rekindle."
-	Format      = Prefix + "format"
-	Engine      = Prefix + "engine"
-	EnginePort  = Prefix + "engine.port"
-	Created     = Prefix + "checkpoint.created"
-	Phases      = Prefix + "checkpoint.phases"
-	SourceImage = Prefix + "checkpoint.base-image"
-	CPUVendor   = Prefix + "cpu.vendor"
-	CPUModel    = Prefix + "cpu.model"
-	CPUFlags    = Prefix + "cpu.flags"
-	Kernel      = Prefix + "kernel"
-	CRIU        = Prefix + "criu.version"
-	Driver      = Prefix + "nvidia.driver"
-	CUDA        = Prefix + "cuda.version"
-	GPUCount    = Prefix + "gpu.count"
-	GPUModel    = Prefix + "gpu.model"
-	GPUUUIDs    = Prefix + "gpu.uuids"
+	Prefix     = "org.rekindle."
+	Format     = Prefix + "format"
+	Engine     = Prefix + "engine"
+	EnginePort = Prefix + "engine.port"
+	// EngineVersion is the checkpointed engine's own, e.g. "vllm 0.24.0":
+	// a restore maps the engine's files again and needs the same ones.
+	EngineVersion = Prefix + "engine.version"
+	Created       = Prefix + "checkpoint.created"
+	Phases        = Prefix + "checkpoint.phases"
+	SourceImage   = Prefix + "checkpoint.base-image"
+	CPUVendor     = Prefix + "cpu.vendor"
+	CPUModel      = Prefix + "cpu.model"
+	CPUFlags      = Prefix + "cpu.flags"
+	Kernel        = Prefix + "kernel"
+	CRIU          = Prefix + "criu.version"
+	Driver        = Prefix + "nvidia.driver"
+	CUDA          = Prefix + "cuda.version"
+	GPUCount      = Prefix + "gpu.count"
+	GPUModel      = Prefix + "gpu.model"
+	GPUUUIDs      = Prefix + "gpu.uuids"
 
 	// Fallback says what a restorer does on a host that cannot restore
 	// the image (its facts rule the host out): FallbackCold starts the

@@ -89,6 +89,9 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 	if err := cr.t.Run("health", cr.health); err != nil {
 		return nil, err
 	}
+	if err := cr.t.Run("preflight", cr.preflight); err != nil {
+		return nil, err
+	}
 	defer func() {
 		if err != nil && cr.quiesced {
 			err = cr.undo(err)
@@ -135,6 +138,7 @@ type creation struct {
 	pid       uint32
 	root      *inroot.Root
 	eng       *engine.Client
+	facts     engine.Facts // what the preflight learned of the engine
 	t         *phase.Timer
 
 	quiesced bool // a failure from here resumes the engine

@@ -64,6 +64,9 @@ func (cr *creation) annotations(std map[string]string) map[string]string {
 	ann[annotations.Format] = annotations.FormatVersion
 	ann[annotations.Engine] = cr.o.Engine.Name
 	ann[annotations.EnginePort] = strconv.Itoa(cr.o.Engine.Port)
+	if cr.facts.Version != "" {
+		ann[annotations.EngineVersion] = cr.facts.Version
+	}
 	ann[annotations.Created] = cr.checkpointedAt.Format(time.RFC3339)
 	ann[annotations.SourceImage] = cr.info.Image
 	phases, _ := json.Marshal(cr.t.Map())

@@ -17,6 +17,19 @@ func (cr *creation) health() error {
 	return waitHealthy(cr.ctx, cr.eng, cr.o.Engine.Health, cr.o.HealthTimeout)
 }
 
+// preflight refuses an engine that its profile cannot quiesce, before
+// anything is changed: the engine keeps serving.
+func (cr *creation) preflight() error {
+	ctx, cancel := context.WithTimeout(cr.ctx, cr.o.QuiesceTimeout)
+	defer cancel()
+	f, err := cr.eng.Preflight(ctx, cr.o.Engine)
+	if err != nil {
+		return fmt.Errorf("%w; nothing was changed, the engine is left running", err)
+	}
+	cr.facts = f
+	return nil
+}
+
 func (cr *creation) quiesce() error {
 	ctx, cancel := context.WithTimeout(cr.ctx, cr.o.QuiesceTimeout)
 	defer cancel()

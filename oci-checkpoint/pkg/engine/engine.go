@@ -45,6 +45,9 @@ type Profile struct {
 	Health  Call   `json:"health"`
 	Quiesce []Call `json:"quiesce"`
 	Resume  []Call `json:"resume"`
+	// SleepLevel is vLLM's: 1 offloads the weights to host memory, which
+	// the checkpoint carries; 2 drops them, and the wake reloads them.
+	SleepLevel int `json:"sleep_level,omitempty"`
 }
 
 // Names lists the known profiles.
@@ -67,19 +70,8 @@ func Lookup(name string, port int) (Profile, error) {
 			Resume: []Call{{Method: "POST", Path: "/resume_memory_occupation", Body: "{}", Hint: sglangHint}},
 		}
 	case "vllm":
-		// Level 2 sleep drops the weights too; waking needs them reloaded
-		// (vLLM docs, "Sleep Mode": wake_up, then reload_weights).
-		p = Profile{Name: name, Port: 8000, Health: Call{Method: "GET", Path: "/health"},
-			Quiesce: []Call{
-				{Method: "POST", Path: "/reset_prefix_cache", Hint: vllmHint},
-				{Method: "POST", Path: "/sleep?level=2", Hint: vllmHint},
-			},
-			Resume: []Call{
-				{Method: "POST", Path: "/wake_up", Hint: vllmHint},
-				{Method: "POST", Path: "/collective_rpc", Body: `{"method":"reload_weights"}`, Hint: vllmHint},
-				{Method: "POST", Path: "/reset_prefix_cache", Hint: vllmHint},
-			},
-		}
+		p = vllm(DefaultVLLMSleepLevel)
+		p.Port = 8000
 	case "generic":
 		p = Profile{Name: name, Health: Call{Method: "GET", Path: "/health"}}
 	default:
@@ -92,6 +84,48 @@ func Lookup(name string, port int) (Profile, error) {
 		return p, fmt.Errorf("engine %s has no port: pass --port", name)
 	}
 	return p, nil
+}
+
+// DefaultVLLMSleepLevel is the level --engine vllm sleeps at. Level 1 was
+// measured faster to restore on an H100 host (docs/benchmarks.md, vLLM):
+// CRIU's parallel fill puts the offloaded weights back in host memory and
+// the wake copies them to the GPU, where level 2 reads them from the model's
+// files again.
+const DefaultVLLMSleepLevel = 1
+
+// vllm is vLLM's profile at a sleep level (vLLM docs, "Sleep Mode"). The
+// prefix cache is reset first: the KV cache's contents do not survive sleep.
+func vllm(level int) Profile {
+	p := Profile{Name: "vllm", Health: Call{Method: "GET", Path: "/health"}, SleepLevel: level,
+		Quiesce: []Call{
+			{Method: "POST", Path: "/reset_prefix_cache", Hint: vllmHint},
+			{Method: "POST", Path: fmt.Sprintf("/sleep?level=%d", level), Hint: vllmHint},
+		},
+		Resume: []Call{{Method: "POST", Path: "/wake_up", Hint: vllmHint}},
+	}
+	if level == 2 {
+		// Weights first, reloaded from the model's files, then the KV cache.
+		p.Resume = []Call{
+			{Method: "POST", Path: "/wake_up?tags=weights", Hint: vllmHint},
+			{Method: "POST", Path: "/collective_rpc", Body: `{"method":"reload_weights"}`, Hint: vllmHint},
+			{Method: "POST", Path: "/wake_up?tags=kv_cache", Hint: vllmHint},
+		}
+	}
+	return p
+}
+
+// WithSleepLevel returns the vllm profile p at another sleep level, keeping
+// its port.
+func WithSleepLevel(p Profile, level int) (Profile, error) {
+	if p.Name != "vllm" {
+		return p, fmt.Errorf("--sleep-level is vLLM's: engine %s has no sleep levels", p.Name)
+	}
+	if level != 1 && level != 2 {
+		return p, fmt.Errorf("--sleep-level %d: vLLM sleeps at level 1 (weights kept in host memory) or 2 (weights dropped, reloaded on wake)", level)
+	}
+	q := vllm(level)
+	q.Port = p.Port
+	return q, nil
 }
 
 // ParseCall reads "GET /path", "POST /path [BODY]" or "exec COMMAND".

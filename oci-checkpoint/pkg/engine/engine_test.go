@@ -46,7 +46,8 @@ func TestLookup(t *testing.T) {
 	if err != nil || p.Port != 30000 || p.Quiesce[len(p.Quiesce)-1].Path != "/release_memory_occupation" || p.Resume[0].Path != "/resume_memory_occupation" {
 		t.Errorf("sglang: %+v %v", p, err)
 	}
-	if p, _ := Lookup("vllm", 9000); p.Port != 9000 || p.Quiesce[len(p.Quiesce)-1].Path != "/sleep?level=2" {
+	if p, _ := Lookup("vllm", 9000); p.Port != 9000 || p.Quiesce[len(p.Quiesce)-1].Path != "/sleep?level=1" ||
+		len(p.Resume) != 1 || p.Resume[0].Path != "/wake_up" || p.SleepLevel != 1 {
 		t.Errorf("vllm with a port: %+v", p)
 	}
 	if _, err := Lookup("generic", 0); err == nil || !strings.Contains(err.Error(), "--port") {
@@ -54,6 +55,76 @@ func TestLookup(t *testing.T) {
 	}
 	if _, err := Lookup("tgi", 0); err == nil || !strings.Contains(err.Error(), "sglang, vllm, generic") {
 		t.Errorf("unknown engine: %v", err)
+	}
+}
+
+func TestWithSleepLevel(t *testing.T) {
+	p, _ := Lookup("vllm", 9000)
+	q, err := WithSleepLevel(p, 2)
+	if err != nil || q.Port != 9000 || q.Quiesce[len(q.Quiesce)-1].Path != "/sleep?level=2" || q.SleepLevel != 2 {
+		t.Fatalf("level 2: %+v %v", q, err)
+	}
+	var paths []string
+	for _, c := range q.Resume {
+		paths = append(paths, c.Path+" "+c.Body)
+	}
+	want := `/wake_up?tags=weights |/collective_rpc {"method":"reload_weights"}|/wake_up?tags=kv_cache `
+	if got := strings.Join(paths, "|"); got != want {
+		t.Errorf("level 2 resume: %s, want %s", got, want)
+	}
+	if _, err := WithSleepLevel(p, 3); err == nil || !strings.Contains(err.Error(), "level 1") {
+		t.Errorf("level 3: %v", err)
+	}
+	s, _ := Lookup("sglang", 0)
+	if _, err := WithSleepLevel(s, 2); err == nil || !strings.Contains(err.Error(), "no sleep levels") {
+		t.Errorf("sglang with a sleep level: %v", err)
+	}
+}
+
+// vllmServer answers /version and /server_info as vLLM 0.24 does in dev
+// mode (devMode false: /server_info is not served), with sleepMode as
+// model_config.enable_sleep_mode.
+func vllmServer(devMode bool, sleepMode string) *httptest.Server {
+	return httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case r.URL.Path == "/version":
+			w.Write([]byte(`{"version":"0.24.0"}`))
+		case r.URL.Path == "/server_info" && devMode && r.URL.Query().Get("config_format") == "json":
+			w.Write([]byte(`{"vllm_config":{"model_config":{"model":"/models/model"` + sleepMode + `}},"vllm_env":{},"system_env":{}}`))
+		default:
+			http.NotFound(w, r)
+		}
+	}))
+}
+
+func TestPreflightVLLM(t *testing.T) {
+	p, _ := Lookup("vllm", 0)
+	for _, tc := range []struct {
+		name      string
+		devMode   bool
+		sleepMode string
+		err       string
+	}{
+		{"ready", true, `,"enable_sleep_mode":true`, ""},
+		{"no dev mode", false, "", "VLLM_SERVER_DEV_MODE=1"},
+		{"no sleep mode", true, `,"enable_sleep_mode":false`, "--enable-sleep-mode"},
+		{"no such field", true, "", "cannot tell"},
+	} {
+		srv := vllmServer(tc.devMode, tc.sleepMode)
+		f, err := (&Client{Base: srv.URL}).Preflight(context.Background(), p)
+		srv.Close()
+		if tc.err == "" {
+			if err != nil || f.Version != "vllm 0.24.0" {
+				t.Errorf("%s: %+v %v", tc.name, f, err)
+			}
+		} else if err == nil || !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("%s: error %v, want %q", tc.name, err, tc.err)
+		}
+	}
+	// Other engines have nothing to check.
+	s, _ := Lookup("sglang", 0)
+	if f, err := (&Client{Base: "http://127.0.0.1:1"}).Preflight(context.Background(), s); err != nil || f.Version != "" {
+		t.Errorf("sglang: %+v %v", f, err)
 	}
 }
 

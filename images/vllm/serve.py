@@ -1,0 +1,104 @@
+#!/usr/bin/env python3
+"""serve.py [VLLM SERVE FLAGS...]: the vllm-engine image's server, run by
+/engine/launch.sh with the GPU host's Python. It starts vLLM's OpenAI API
+server on the model in $MODEL_PATH with sleep mode on, so that
+`oci-checkpoint create --engine vllm` can put it to sleep before the dump
+and the wake helper can wake it after a restore.
+
+vLLM comes from the host: its site folder (pip install --target DIR, or the
+venv that holds it) is bound into the container and named in ENGINE_SITE,
+beside the host's torch. ENGINE_SITE also goes into PYTHONPATH, so the
+processes vLLM spawns (its EngineCore) import the same packages.
+
+Environment: MODEL_PATH (/models/model), ENGINE_HOST (0.0.0.0),
+ENGINE_PORT (8000), ENGINE_VLLM_ARGS (more flags, split on spaces).
+
+`serve.py phases LOG` reads a vLLM server's log and prints its cold-start
+phases (weights, compile, graphs, engine init, ready) as JSON, from vLLM's
+own log lines.
+"""
+import json
+import os
+import re
+import site
+import sys
+
+
+def add_sites():
+    before = list(sys.path)
+    sites = [d for d in os.environ.get("ENGINE_SITE", "").split(":") if d]
+    for d in sites:
+        site.addsitedir(d)
+    sys.path[:] = [p for p in sys.path if p not in before] + before
+    old = os.environ.get("PYTHONPATH", "")
+    os.environ["PYTHONPATH"] = ":".join(sites + ([old] if old else []))
+
+
+def serve(args):
+    add_sites()
+    model = os.environ.get("MODEL_PATH", "/models/model")
+    if not os.path.isfile(os.path.join(model, "config.json")):
+        sys.exit(f"serve.py: no model in {model} (no config.json): bind a model folder there "
+                 "(--volume HOST_DIR:/models/model:ro) or set MODEL_PATH")
+    try:
+        import vllm  # noqa: F401
+    except ImportError as e:
+        sys.exit(f"serve.py: cannot import vllm ({e}): bind the host's vLLM site folder into the "
+                 "container and name it in ENGINE_SITE (images/README.md, vLLM engine)")
+    extra = os.environ.get("ENGINE_VLLM_ARGS", "").split()
+    sys.argv = ["vllm-serve", "--model", model,
+                "--host", os.environ.get("ENGINE_HOST", "0.0.0.0"),
+                "--port", os.environ.get("ENGINE_PORT", "8000"),
+                "--enable-sleep-mode"] + extra + list(args)
+    import runpy
+    runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
+
+
+# vLLM 0.24's own lines, in start-up order: (key, pattern of the seconds).
+PHASES = [
+    ("weights_s", r"Loading weights took ([\d.]+) seconds"),
+    ("model_load_s", r"Model loading took [\d.]+ GiB memory and ([\d.]+) seconds"),
+    ("dynamo_s", r"Dynamo bytecode transform time: ([\d.]+) s"),
+    ("compile_s", r"torch\.compile takes ([\d.]+) s in total"),
+    ("graphs_s", r"Graph capturing finished in ([\d.]+) secs"),
+    ("init_engine_s", r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
+]
+# Lines that only a compilation writes: none may appear after a restore.
+COMPILE_LINES = re.compile(r"Dynamo bytecode transform time|Compiling a graph for compile range|"
+                           r"torch\.compile takes|Graph capturing finished")
+STAMP = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\b")
+
+
+def phases(text):
+    out = {k: None for k, _ in PHASES}
+    for key, pat in PHASES:
+        m = re.findall(pat, text)
+        if m:
+            out[key] = float(m[-1])
+    out["compile_lines"] = sum(1 for line in text.splitlines() if COMPILE_LINES.search(line))
+    # The span vLLM logged: its first clock to the last clock before
+    # uvicorn's "Application startup complete" (a line without one).
+    first = last = ready = None
+    for line in text.splitlines():
+        m = STAMP.search(line)
+        if m:
+            last = int(m[3]) * 3600 + int(m[4]) * 60 + int(m[5]) + float("0." + (m[6] or "0"))
+            first = last if first is None else first
+        elif "Application startup complete" in line and last is not None:
+            ready = last
+    out["logged_s"] = round(ready - first, 3) if ready is not None else None
+    return out
+
+
+def main(argv):
+    if argv[:1] == ["phases"]:
+        if len(argv) != 2:
+            sys.exit("usage: serve.py phases LOG")
+        with open(argv[1], errors="replace") as f:
+            print(json.dumps(phases(f.read())))
+        return
+    serve(argv)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

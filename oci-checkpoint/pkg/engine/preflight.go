@@ -1,0 +1,78 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Facts is what a preflight learned of the engine, for the image's
+// annotations.
+type Facts struct {
+	Version string // e.g. "vllm 0.24.0"; "" when the engine does not say
+}
+
+// Preflight checks, before anything is changed, that the engine serves what
+// its profile's quiesce and resume need. A vLLM started without sleep mode
+// would answer /sleep and free nothing: the dump would hold every weight.
+func (c *Client) Preflight(ctx context.Context, p Profile) (Facts, error) {
+	if p.Name != "vllm" {
+		return Facts{}, nil
+	}
+	var f Facts
+	var v struct {
+		Version string `json:"version"`
+	}
+	if err := c.getJSON(ctx, Call{Method: "GET", Path: "/version", Hint: "is this a vLLM server?"}, &v); err != nil {
+		return f, fmt.Errorf("preflight: %w", err)
+	}
+	f.Version = "vllm " + v.Version
+	var info struct {
+		Config struct {
+			Model struct {
+				SleepMode *bool `json:"enable_sleep_mode"`
+			} `json:"model_config"`
+		} `json:"vllm_config"`
+	}
+	call := Call{Method: "GET", Path: "/server_info?config_format=json",
+		Hint: "start vLLM with VLLM_SERVER_DEV_MODE=1 so it serves /server_info, /sleep and /wake_up"}
+	if err := c.getJSON(ctx, call, &info); err != nil {
+		return f, fmt.Errorf("preflight: %w", err)
+	}
+	switch sm := info.Config.Model.SleepMode; {
+	case sm == nil:
+		return f, fmt.Errorf("preflight: %s: vLLM %s reports no model_config.enable_sleep_mode: cannot tell whether /sleep frees the GPU", call, v.Version)
+	case !*sm:
+		return f, fmt.Errorf("preflight: vLLM %s was started without sleep mode: /sleep would free nothing and the checkpoint would hold every weight; start it with --enable-sleep-mode", v.Version)
+	}
+	return f, nil
+}
+
+// getJSON runs a GET call and decodes its answer into v.
+func (c *Client) getJSON(ctx context.Context, call Call, v any) error {
+	req, err := http.NewRequestWithContext(ctx, call.Method, c.Base+call.Path, nil)
+	if err != nil {
+		return err
+	}
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s: %w", call, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return &StatusError{Call: call, Code: resp.StatusCode, Answer: strings.TrimSpace(string(answer))}
+	}
+	// /server_info carries the whole environment: a few hundred KiB.
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(v); err != nil {
+		return fmt.Errorf("%s: answer is not the JSON expected: %w", call, err)
+	}
+	return nil
+}
