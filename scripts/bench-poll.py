@@ -3,11 +3,15 @@
 PROMPT to /generate once; prints the times (epoch seconds), the answer and the
 engine's /state as one JSON object.
 
+BENCH_API=openai (a vLLM server): ready is GET /is_sleeping answering
+{"is_sleeping": false} (its /health answers while it sleeps), PROMPT goes to
+/v1/completions, and there is no /state.
+
 A health poll gives up after 250 ms: while a container's network comes up, a
 connection to the published port can be accepted and never answered (seen
 here: 5 s stalls), and a long timeout would be counted as start time.
 """
-import http.client, json, sys, time
+import http.client, json, os, sys, time
 port, prompt, timeout = int(sys.argv[1]), sys.argv[2], float(sys.argv[3])
 
 def call(method, path, body=None, wait=600.0):
@@ -21,14 +25,15 @@ def call(method, path, body=None, wait=600.0):
     finally:
         c.close()
 
+openai = os.environ.get("BENCH_API") == "openai"
 t_start, polls, last = time.time(), 0, ""
 while True:
     polls += 1
     try:
-        status, body = call("GET", "/health", wait=0.25)
-        if status == 200:
+        status, body = call("GET", "/is_sleeping" if openai else "/health", wait=0.25)
+        if status == 200 and not (openai and json.loads(body).get("is_sleeping") is not False):
             break
-        last = f"HTTP {status}"
+        last = f"HTTP {status}: {body[:80]!r}"
     except OSError as e:
         last = str(e)
     if time.time() - t_start > timeout:
@@ -37,14 +42,16 @@ while True:
     time.sleep(0.002)
 t_health = time.time()
 try:
-    status, body = call("POST", "/generate", prompt.encode())
-    answer = json.loads(body)
+    status, body = call("POST", "/v1/completions" if openai else "/generate", prompt.encode())
     if status != 200:
         raise ValueError(f"HTTP {status}: {body[:200]!r}")
-except (OSError, ValueError) as e:
-    print(json.dumps({"error": f"/generate failed: {e}", "t_health": t_health}))
+    answer = json.loads(body)
+    if openai:
+        answer = {"text": answer["choices"][0]["text"], "output_ids": answer["choices"][0].get("token_ids")}
+except (OSError, ValueError, KeyError, IndexError) as e:
+    print(json.dumps({"error": f"the first completion failed: {e}", "t_health": t_health}))
     sys.exit(1)
 t_answer = time.time()
-state = json.loads(call("GET", "/state", wait=60.0)[1])
+state = {} if openai else json.loads(call("GET", "/state", wait=60.0)[1])
 print(json.dumps({"t_poll_start": t_start, "t_health": t_health, "t_answer": t_answer, "polls": polls,
                   "text": answer.get("text"), "output_ids": answer.get("output_ids"), "state": state}))

@@ -17,6 +17,9 @@
 #   GPU_BENCH_WEIGHT_SET  1: weights from a rekindle-weights set (see below)
 #   GPU_BENCH_ENGINE     reference (images/gpu-engine) or transformers (the hf-engine image:
 #                        transformers' model code, torch.compile, CUDA graphs; cold starts take minutes)
+#                        or vllm (the vllm-engine image: the host's vLLM on REKINDLE_VLLM_MODEL,
+#                        checkpointed with --engine vllm; vLLM from REKINDLE_VLLM_SITE)
+#   GPU_BENCH_VLLM_ARGS  vllm: more vllm serve flags (--max-model-len 2048 --gpu-memory-utilization 0.4)
 #   GPU_BENCH_GB         model size, ENGINE_PARAMS_GB (8: Qwen2.5-7B shapes, 12 layers; 1 for transformers)
 #   GPU_BENCH_PORT       engine port on the host network (30000)
 #   GPU_BENCH_H2D_MB     bytes copied per host-to-device measure (1024)
@@ -60,9 +63,15 @@ transformers)
 	export BENCH_ENGINE_IMAGE=rekindle.local/hf-engine:latest BENCH_ENGINE_TAR=hf-engine
 	[ -f "$images/hf-engine.tar" ] || die "hf-engine.tar is not in $images: run 'make build/images/hf-engine.tar' (and rebuild the bundle)"
 	;;
-*) die "GPU_BENCH_ENGINE=$GPU_BENCH_ENGINE: want reference or transformers" ;;
+vllm)
+	gb=0
+	export BENCH_ENGINE_IMAGE=rekindle.local/vllm-engine:latest BENCH_ENGINE_TAR=vllm-engine BENCH_API=openai
+	[ -f "$images/vllm-engine.tar" ] || die "vllm-engine.tar is not in $images: run 'make build/images/vllm-engine.tar' (and rebuild the bundle)"
+	;;
+*) die "GPU_BENCH_ENGINE=$GPU_BENCH_ENGINE: want reference, transformers or vllm" ;;
 esac
-port=${GPU_BENCH_PORT:-30000}
+vllm_site=${REKINDLE_VLLM_SITE:-/var/tmp/vllm-site} vllm_model=${REKINDLE_VLLM_MODEL:-/var/tmp/rekindle-vllm-model}
+port=${GPU_BENCH_PORT:-$([ "${GPU_BENCH_ENGINE:-}" = vllm ] && echo 8000 || echo 30000)}
 weights=${REKINDLE_GPU_WEIGHTS:-/var/tmp/rekindle-weights}
 py=$(command -v "${REKINDLE_PYTHON:-python3}") || die "no ${REKINDLE_PYTHON:-python3} on PATH"
 "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
@@ -73,7 +82,12 @@ trap 'rm -rf "$work"' EXIT
 # torch_memory_saver: the host's, or installed from a wheel into a folder
 # that host-python.sh then binds into the container (as 500-gpu.bats does).
 site=
-if ! "$py" -c 'import torch_memory_saver' 2>/dev/null; then
+if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
+	PYTHONPATH=$vllm_site "$py" -c 'import vllm' 2>/dev/null ||
+		die "no vLLM importable from $vllm_site: install vLLM 0.24.0 there (images/README.md, vLLM engine) or set REKINDLE_VLLM_SITE"
+	site=$vllm_site
+	[ -f "$vllm_model/config.json" ] || "$py" "$root/images/vllm/make-model.py" "$vllm_model" || die "images/vllm/make-model.py failed"
+elif ! "$py" -c 'import torch_memory_saver' 2>/dev/null; then
 	wheels=${REKINDLE_WHEELS:-$root/.whl}
 	whl=$(ls "$wheels"/torch_memory_saver-*.whl 2>/dev/null | tail -1)
 	[ -n "$whl" ] || die "torch_memory_saver is not installed for $py and no wheel in $wheels (images/README.md says how to fetch it)"
@@ -85,13 +99,15 @@ mapfile -t pyflags < <(PYTHONPATH=${site}${site:+${PYTHONPATH:+:}}${PYTHONPATH:-
 
 # The weights file, written once, so no cold start measures its generation.
 mkdir -p "$weights"
-wfile=$weights/$(ENGINE_PARAMS_GB=$gb "$py" "$root/images/gpu-engine/server.py" config |
-	"$py" -c 'import json, os, sys; print(os.path.basename(json.load(sys.stdin)["weights_path"]))')
-if [ ! -f "$wfile" ]; then
-	note "writing the ${gb} GB weights file $wfile"
-	ENGINE_PARAMS_GB=$gb ENGINE_WEIGHTS_DIR=$weights ENGINE_MEMORY_SAVER=0 \
-		"$py" "$root/images/gpu-engine/server.py" make-weights >/dev/null ||
-		die "server.py make-weights failed"
+if [ "${GPU_BENCH_ENGINE:-}" != vllm ]; then
+	wfile=$weights/$(ENGINE_PARAMS_GB=$gb "$py" "$root/images/gpu-engine/server.py" config |
+		"$py" -c 'import json, os, sys; print(os.path.basename(json.load(sys.stdin)["weights_path"]))')
+	if [ ! -f "$wfile" ]; then
+		note "writing the ${gb} GB weights file $wfile"
+		ENGINE_PARAMS_GB=$gb ENGINE_WEIGHTS_DIR=$weights ENGINE_MEMORY_SAVER=0 \
+			"$py" "$root/images/gpu-engine/server.py" make-weights >/dev/null ||
+			die "server.py make-weights failed"
+	fi
 fi
 
 # Pinned (and pageable) host-to-device copy bandwidth, with torch; bench.sh
@@ -130,6 +146,12 @@ export BENCH_OUT=${BENCH_OUT:-${OUT:-$root/build/bench}}
 # a checkpoint of the model's size, for the image I/O numbers.
 export BENCH_CHECKPOINT_FLAGS="--port $port ${GPU_BENCH_CHECKPOINT_FLAGS:---engine sglang}"
 export BENCH_RUN_FLAGS="--device nvidia.com/gpu=$gpu ${pyflags[*]} --volume=$weights:/weights --env=ENGINE_PARAMS_GB=$gb --env=ENGINE_PORT=$port"
+if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
+	BENCH_CHECKPOINT_FLAGS="--port $port ${GPU_BENCH_CHECKPOINT_FLAGS:---engine vllm}"
+	# The flags hold spaces, which BENCH_RUN_FLAGS cannot: an env file.
+	echo "ENGINE_VLLM_ARGS=${GPU_BENCH_VLLM_ARGS:---max-model-len 2048 --gpu-memory-utilization 0.4}" >"$work/vllm.env"
+	BENCH_RUN_FLAGS="--device nvidia.com/gpu=$gpu ${pyflags[*]} --volume=$vllm_model:/models/model:ro --env=ENGINE_PORT=$port --env-file=$work/vllm.env"
+fi
 export BENCH_COMMAND="scripts/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_ENGINE=${GPU_BENCH_ENGINE:-reference} GPU_BENCH_GB=$gb${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1})"
 
 # GPU_BENCH_WEIGHT_SET=1: the engine takes its weights from a set that the

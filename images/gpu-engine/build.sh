@@ -8,6 +8,10 @@
 # travels to a GPU machine beside the stack. Named
 # rekindle.local/gpu-engine:latest.
 #
+# GPU_ENGINE_BACKEND=vllm builds rekindle.local/vllm-engine:latest: the
+# transformers image's files plus /engine/vllm_serve.py (images/vllm/serve.py),
+# which runs the host's vLLM on the model bound at /models/model.
+#
 # GPU_ENGINE_BACKEND=transformers builds rekindle.local/hf-engine:latest
 # instead: the same files run with transformers' model code, torch.compile
 # and CUDA graphs (hf_model.py). torch.compile needs a C compiler at run
@@ -48,6 +52,7 @@ done
 install -m 0644 "$here/hf_model.py" "$root/engine/hf_model.py"
 extra_env=()
 profile=sglang port=30000
+desc="GPU engine, $backend backend (PyTorch transformer, SGLang memory API); runs the host's Python+PyTorch"
 if [ "$backend" != reference ]; then
 	install -m 0755 "$here/cc" "$root/engine/cc"
 	ln -s cc "$root/engine/c++"
@@ -74,6 +79,7 @@ if [ "$backend" = vllm ]; then
 	install -m 0755 "$here/../vllm/serve.py" "$root/engine/vllm_serve.py"
 	mkdir -p "$root/models/model"
 	profile=vllm port=8000
+	desc="vLLM's OpenAI API server on the model bound at /models/model; runs the host's Python, PyTorch and vLLM"
 	extra_env+=(--config.env ENGINE_SERVER=/engine/vllm_serve.py
 		--config.env ENGINE_MEMORY_SAVER=0 --config.env MODEL_PATH=/models/model
 		--config.env VLLM_SERVER_DEV_MODE=1 --config.env VLLM_USE_FLASHINFER_SAMPLER=0
@@ -105,7 +111,7 @@ umoci config --image "$layout:$tag" --created "$created" --history.created "$cre
 	--clear config.cmd --config.cmd /engine/launch.sh \
 	--config.workingdir /engine --config.exposedports $port/tcp --config.stopsignal SIGTERM \
 	--config.label "org.opencontainers.image.title=rekindle ${ref##*/}" \
-	--config.label "org.opencontainers.image.description=GPU engine, $backend backend (PyTorch transformer, SGLang memory API); runs the host's Python+PyTorch" \
+	--config.label "org.opencontainers.image.description=$desc" \
 	--config.label "org.rekindle.engine.profile=$profile" \
 	--config.label "org.rekindle.engine.params-gb=$gb"
 oci_pack "$layout" "$tag" "$ref" "$out"

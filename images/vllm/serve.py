@@ -11,7 +11,9 @@ beside the host's torch. ENGINE_SITE also goes into PYTHONPATH, so the
 processes vLLM spawns (its EngineCore) import the same packages.
 
 Environment: MODEL_PATH (/models/model), ENGINE_HOST (0.0.0.0),
-ENGINE_PORT (8000), ENGINE_VLLM_ARGS (more flags, split on spaces).
+ENGINE_PORT (8000), ENGINE_VLLM_ARGS (more flags, split on spaces),
+ENGINE_VLLM_SLEEP_MODE (1; 0 leaves --enable-sleep-mode out, to test the
+checkpoint's refusal).
 
 `serve.py phases LOG` reads a vLLM server's log and prints its cold-start
 phases (weights, compile, graphs, engine init, ready) as JSON, from vLLM's
@@ -48,8 +50,10 @@ def serve(args):
     extra = os.environ.get("ENGINE_VLLM_ARGS", "").split()
     sys.argv = ["vllm-serve", "--model", model,
                 "--host", os.environ.get("ENGINE_HOST", "0.0.0.0"),
-                "--port", os.environ.get("ENGINE_PORT", "8000"),
-                "--enable-sleep-mode"] + extra + list(args)
+                "--port", os.environ.get("ENGINE_PORT", "8000")]
+    if os.environ.get("ENGINE_VLLM_SLEEP_MODE", "1") != "0":
+        sys.argv.append("--enable-sleep-mode")
+    sys.argv += extra + list(args)
     import runpy
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 

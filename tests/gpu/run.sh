@@ -40,7 +40,7 @@ export PATH=$opt/bin:$opt/bats/bin:$PATH REKINDLE_BIN=$opt/bin
 export REKINDLE_CUDA_CHECKPOINT_LOG=$out/cuda-checkpoint.log
 nvidia-ctk cdi list
 criu check || echo "warning: criu check failed"
-export REKINDLE_BATS_FILES=${REKINDLE_BATS_FILES:-tests/bats/500-gpu.bats}
+export REKINDLE_BATS_FILES=${REKINDLE_BATS_FILES:-tests/bats/500-gpu.bats tests/bats/510-vllm.bats}
 export REKINDLE_BATS_FLAGS="--no-tempdir-cleanup ${REKINDLE_BATS_FLAGS:-}"
 "$root/tests/run.sh"
 rc=$?

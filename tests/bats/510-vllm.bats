@@ -1,0 +1,238 @@
+#!/usr/bin/env bats
+# GPU: a real vLLM server (images/vllm/serve.py in the vllm-engine image,
+# the host's Python, torch and vLLM bound in) checkpointed with
+# `oci-checkpoint create --engine vllm` and restored with a plain
+# `nerdctl run`: first restore, a cached one beside it, and a checkpoint of
+# a restored server. Each restore must give the same greedy tokens (one
+# prompt and a batch), keep the container's PIDs, its multiprocessing
+# resource tracker, ZMQ sockets and /dev/shm, and compile nothing again.
+#
+# Runs on a GPU host (tests/gpu/run.sh); everywhere else every test skips and
+# says why. The containers have their own network namespace with only
+# loopback (--network none), so two restores listen on the same port side by
+# side; the tests reach them inside that namespace.
+#
+#   REKINDLE_VLLM_SITE   host folder holding vLLM (pip install --target; default /var/tmp/vllm-site)
+#   REKINDLE_VLLM_MODEL  model folder (default /var/tmp/rekindle-vllm-model; made by
+#                        images/vllm/make-model.py when absent: Qwen2, 1.21 B parameters, random weights)
+#   REKINDLE_VLLM_ARGS   more vllm serve flags (default: --max-model-len 2048 --gpu-memory-utilization 0.4)
+#   REKINDLE_PYTHON      host interpreter with torch (default python3)
+
+load helpers
+
+VLLM_IMAGE=rekindle.local/vllm-engine:latest
+SITE=${REKINDLE_VLLM_SITE:-/var/tmp/vllm-site}
+MODEL=${REKINDLE_VLLM_MODEL:-/var/tmp/rekindle-vllm-model}
+VARGS=${REKINDLE_VLLM_ARGS:---max-model-len 2048 --gpu-memory-utilization 0.4}
+HOST_PY=${REKINDLE_PYTHON:-python3}
+PORT=8000
+ONE='{"model": "/models/model", "prompt": "Rekindle restores warm GPU engines in seconds.", "max_tokens": 32, "temperature": 0, "ignore_eos": true, "return_token_ids": true}'
+BATCH='{"model": "/models/model", "prompt": ["def main():", "import os, sys", "class Engine:", "    return self"], "max_tokens": 24, "temperature": 0, "ignore_eos": true, "return_token_ids": true}'
+
+teardown_file() {
+	[ ! -f "$BATS_FILE_TMPDIR/stack-up" ] || RK_DIR=$BATS_FILE_TMPDIR/rk stack_down
+}
+
+teardown() {
+	[ -f "$BATS_FILE_TMPDIR/stack-up" ] || return 0
+	local c RK_DIR=$BATS_FILE_TMPDIR/rk
+	for c in $(cat "$BATS_TEST_TMPDIR/containers" 2>/dev/null); do
+		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$c" >"$BATS_FILE_TMPDIR/$c.log" 2>&1 || true
+		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rm -f "$c" >/dev/null 2>&1 || true
+	done
+	for c in $(cat "$BATS_TEST_TMPDIR/images" 2>/dev/null); do
+		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rmi -f "$c" >/dev/null 2>&1 || true
+	done
+}
+
+say() {
+	echo "# $*" >&3
+}
+
+skip_if_no_vllm() {
+	skip_if_no_gpu
+	compgen -G '/etc/cdi/*.yaml' >/dev/null || compgen -G '/var/run/cdi/*.yaml' >/dev/null ||
+		skip "no CDI spec for nvidia.com/gpu in /etc/cdi (tests/gpu/run.sh makes one)"
+	PYTHONPATH=$SITE "$HOST_PY" -c 'import vllm' 2>/dev/null ||
+		skip "no vLLM importable from $SITE with $HOST_PY: install vLLM 0.24.0 there (pip install --target $SITE vllm==0.24.0; images/README.md, vLLM engine) or set REKINDLE_VLLM_SITE"
+}
+
+# vllm_setup: once per file: the stack, the image, the model, and the flags
+# that bind the host's Python and vLLM into the container.
+vllm_setup() {
+	export RK_DIR=$BATS_FILE_TMPDIR/rk
+	if [ ! -f "$BATS_FILE_TMPDIR/stack-up" ]; then
+		stack_up
+		touch "$BATS_FILE_TMPDIR/stack-up"
+		local tar
+		for tar in "$IMAGES/vllm-engine.tar" "$BIN/../images/vllm-engine.tar"; do
+			[ -f "$tar" ] && break
+		done
+		[ -f "$tar" ] || die "vllm-engine.tar is in neither $IMAGES nor $BIN/../images: run 'make build/images/vllm-engine.tar'"
+		run_nerdctl load -i "$tar"
+		[ -f "$MODEL/config.json" ] || run_cmd "$HOST_PY" "$REKINDLE_ROOT/images/vllm/make-model.py" "$MODEL"
+		PYTHONPATH=$SITE "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
+			>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
+		say "vLLM $(PYTHONPATH=$SITE "$HOST_PY" -c 'import vllm; print(vllm.__version__)') from $SITE, model $MODEL"
+	fi
+	mapfile -t PYFLAGS <"$BATS_FILE_TMPDIR/pyflags"
+}
+
+# run_vllm NAME IMAGE [FLAGS...]: nerdctl run -d on GPU 0, own network
+# namespace, the host's Python and vLLM and the model bound in.
+run_vllm() {
+	local name=$1 image=$2
+	shift 2
+	echo "$name" >>"$BATS_TEST_TMPDIR/containers"
+	run_nerdctl run -d --name "$name" --device nvidia.com/gpu=0 --network none --shm-size 1g \
+		"${PYFLAGS[@]}" --volume="$MODEL:/models/model:ro" --env="ENGINE_VLLM_ARGS=$VARGS" "$@" "$image"
+}
+
+# v NAME METHOD PATH [JSON]: one HTTP call to the server in container NAME,
+# made inside its network namespace.
+v() {
+	local name=$1 method=$2 path=$3 body=${4:-} pid
+	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$name") || return 1
+	if [ -n "$body" ]; then
+		nsenter -t "$pid" -n curl -fsS --max-time 120 -X "$method" -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$PORT$path"
+	else
+		nsenter -t "$pid" -n curl -fsS --max-time 120 -X "$method" "http://127.0.0.1:$PORT$path"
+	fi
+}
+
+awake() {
+	[ "$(v "$1" GET /is_sleeping | jq -r .is_sleeping)" = false ]
+}
+
+# tokens NAME: the greedy token ids of the one prompt and of the batch.
+tokens() {
+	jq -c '[.choices[] | .token_ids]' <<<"$(v "$1" POST /v1/completions "$ONE")" || return 1
+	jq -c '[.choices | sort_by(.index)[] | .token_ids]' <<<"$(v "$1" POST /v1/completions "$BATCH")"
+}
+
+# inside NAME: what the tests compare before and after: each process's pid
+# and name, the sockets each holds, /dev/shm and the compile caches' file
+# counts.
+inside() {
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" sh -c '
+		for p in /proc/[0-9]*; do
+			n=${p#/proc/}; [ "$n" = $$ ] && continue
+			c=$(tr "\0" " " <"$p/cmdline" 2>/dev/null | cut -c1-60); [ -n "$c" ] || continue
+			case "$c" in "sh -c"* | "tr "* | "cut "* | "ls "* | "grep "* | "sort "* | "find "* | "wc "*) continue ;; esac
+			s=$(ls -l "$p/fd" 2>/dev/null | grep -c "socket:")
+			echo "pid $n sockets $s $c"
+		done | sort -n -k2
+		echo "shm $(ls /dev/shm | sort | tr "\n" " ")"
+		echo "inductor files $(find /var/cache/engine -type f 2>/dev/null | wc -l)"'
+}
+
+secs_since() {
+	awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'
+}
+
+# restore NAME IMAGE: nerdctl run IMAGE, wait for the wake helper's record
+# and an awake server; prints the times.
+restore() {
+	local name=$1 image=$2 t st
+	t=$EPOCHREALTIME
+	run_vllm "$name" "$image"
+	local run_s
+	run_s=$(secs_since "$t")
+	wait_for "the wake helper in $name to record its outcome" 300 \
+		sh -c "'$REKINDLE_ROOT/scripts/nerdctl.sh' '$RK_DIR' exec '$name' cat /.rekindle/status | grep -q outcome"
+	st=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$name" cat /.rekindle/status)
+	is "$(jq -r .outcome <<<"$st")" resumed "wake outcome in $name (/.rekindle/status: $st)"
+	wait_for "$name awake" 60 awake "$name"
+	local woke_s
+	woke_s=$(secs_since "$t")
+	local t1 first
+	t1=$EPOCHREALTIME
+	first=$(v "$name" POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')
+	say "$name: nerdctl run ${run_s}s, awake after ${woke_s}s (resume $(jq -r .resume_seconds <<<"$st")s), first completion $(secs_since "$t1")s, to first token $(secs_since "$t")s"
+	[ -n "$first" ] && [ "$first" != null ] || die "$name: no tokens after the restore"
+}
+
+# same_as_before NAME: the restored server NAME answers and holds what the
+# cold one did.
+same_as_before() {
+	local name=$1
+	is "$(tokens "$name")" "$(cat "$BATS_FILE_TMPDIR/tokens")" "$name: greedy tokens, one prompt and a batch of four"
+	inside "$name" >"$BATS_TEST_TMPDIR/$name.inside"
+	is "$(grep -v '^inductor' "$BATS_TEST_TMPDIR/$name.inside")" "$(grep -v '^inductor' "$BATS_FILE_TMPDIR/inside")" \
+		"$name: the same processes (pids, resource tracker), sockets and /dev/shm"
+	is "$(grep '^inductor' "$BATS_TEST_TMPDIR/$name.inside")" "$(grep '^inductor' "$BATS_FILE_TMPDIR/inside")" \
+		"$name: compile caches unchanged after two completions"
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$name" >"$BATS_TEST_TMPDIR/$name.log" 2>&1
+	is "$("$HOST_PY" "$REKINDLE_ROOT/images/vllm/serve.py" phases "$BATS_TEST_TMPDIR/$name.log" | jq -r .compile_lines)" 0 \
+		"$name: vLLM logged no compilation after the restore"
+}
+
+# bats test_tags=gpu
+@test "vllm: cold start, checkpoint, restore with nerdctl run (first, cached beside it, and of a restored server), same tokens, nothing compiled again" {
+	skip_if_no_vllm
+	vllm_setup
+	local t
+	t=$EPOCHREALTIME
+	run_vllm vllm-cold "$VLLM_IMAGE"
+	wait_for "vLLM to serve" 900 v vllm-cold GET /health
+	local cold
+	cold=$(secs_since "$t")
+	tokens vllm-cold >"$BATS_FILE_TMPDIR/tokens" || die "no completions from the cold server"
+	inside vllm-cold >"$BATS_FILE_TMPDIR/inside"
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs vllm-cold >"$BATS_TEST_TMPDIR/cold.log" 2>&1
+	local ph
+	ph=$("$HOST_PY" "$REKINDLE_ROOT/images/vllm/serve.py" phases "$BATS_TEST_TMPDIR/cold.log")
+	say "cold start: nerdctl run -> serving ${cold}s; vLLM's log: $ph"
+	[ "$(jq -r .compile_lines <<<"$ph")" -gt 0 ] || die "vLLM logged no compilation at its cold start: the test could not see one after a restore"
+	grep -q "resource_tracker" "$BATS_FILE_TMPDIR/inside" || die "no multiprocessing resource tracker in the cold container: $(cat "$BATS_FILE_TMPDIR/inside")"
+	say "in the container: $(tr '\n' '|' <"$BATS_FILE_TMPDIR/inside")"
+
+	local image=rekindle.local/ckpt:vllm
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	t=$EPOCHREALTIME
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-cold "$image"
+	say "$(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
+	local info=$output
+	say "checkpoint image: $(($(jq -r .layer_size <<<"$info") >> 20)) MiB"
+	is "$(jq -r '.annotations."org.rekindle.engine.version"' <<<"$info")" \
+		"vllm $(PYTHONPATH=$SITE "$HOST_PY" -c 'import vllm; print(vllm.__version__)')" "the image records vLLM's version"
+	run_nerdctl rm -f vllm-cold
+
+	restore vllm-r1 "$image"
+	logged "restore"
+	same_as_before vllm-r1
+	# A second restore beside the first: the extracted checkpoint is cached,
+	# and both listen on port 8000, each in its own namespace.
+	restore vllm-r2 "$image"
+	same_as_before vllm-r2
+	is "$(tokens vllm-r1)" "$(cat "$BATS_FILE_TMPDIR/tokens")" "vllm-r1 still answers the same beside vllm-r2"
+	run_nerdctl rm -f vllm-r2
+
+	# A restored server checkpointed again and restored from that image.
+	local image2=rekindle.local/ckpt:vllm-again
+	echo "$image2" >>"$BATS_TEST_TMPDIR/images"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-r1 "$image2"
+	say "checkpoint of the restored server: $(grep -m1 '^==> checkpoint:' <<<"$output")"
+	run_nerdctl rm -f vllm-r1
+	restore vllm-r3 "$image2"
+	same_as_before vllm-r3
+}
+
+# bats test_tags=gpu
+@test "vllm: a server without sleep mode is refused before anything changes, and keeps serving" {
+	skip_if_no_vllm
+	vllm_setup
+	# Eager mode: this server only needs to answer, not to be fast.
+	run_vllm vllm-nosleep "$VLLM_IMAGE" --env=ENGINE_VLLM_SLEEP_MODE=0 --env="ENGINE_VLLM_ARGS=$VARGS --enforce-eager"
+	wait_for "vLLM without sleep mode to serve" 900 v vllm-nosleep GET /health
+	local before
+	before=$(v vllm-nosleep POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')
+	echo rekindle.local/ckpt:vllm-nosleep >>"$BATS_TEST_TMPDIR/images"
+	ocicp 1 --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-nosleep rekindle.local/ckpt:vllm-nosleep
+	is "$output" "~started without sleep mode.*--enable-sleep-mode" "the error names the flag that fixes it"
+	is "$output" "~nothing was changed, the engine is left running" "the error says the engine was left alone"
+	run_nerdctl 1 image inspect rekindle.local/ckpt:vllm-nosleep
+	is "$(v vllm-nosleep GET /is_sleeping | jq -r .is_sleeping)" false "the server was not put to sleep"
+	is "$(v vllm-nosleep POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')" "$before" "it still serves the same tokens"
+}
