@@ -63,7 +63,7 @@ PHASES = [
     ("weights_s", r"Loading weights took ([\d.]+) seconds"),
     ("model_load_s", r"Model loading took [\d.]+ GiB memory and ([\d.]+) seconds"),
     ("dynamo_s", r"Dynamo bytecode transform time: ([\d.]+) s"),
-    ("compile_s", r"torch\.compile takes ([\d.]+) s in total"),
+    ("compile_s", r"torch\.compile takes ([\d.]+) s in total|\(compilation: ([\d.]+) s"),
     ("graphs_s", r"Graph capturing finished in ([\d.]+) secs"),
     ("init_engine_s", r"init engine \(profile, create kv cache, warmup model\) took ([\d.]+) s"),
 ]
@@ -76,7 +76,7 @@ STAMP = re.compile(r"\b(\d\d)-(\d\d) (\d\d):(\d\d):(\d\d)(?:\.(\d+))?\b")
 def phases(text):
     out = {k: None for k, _ in PHASES}
     for key, pat in PHASES:
-        m = re.findall(pat, text)
+        m = [next(g for g in (f if isinstance(f, tuple) else (f,)) if g) for f in re.findall(pat, text)]
         if m:
             out[key] = float(m[-1])
     out["compile_lines"] = sum(1 for line in text.splitlines() if COMPILE_LINES.search(line))

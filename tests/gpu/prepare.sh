@@ -21,15 +21,18 @@ done
 # criu was built with PREFIX=/usr/local: its plugins live there.
 install -D -m 0644 "$opt/lib/criu/cuda_plugin.so" /usr/local/lib/criu/cuda_plugin.so
 sysctl -qw kernel.io_uring_disabled=2 || note "warning: cannot disable io_uring"
-# vLLM's EngineCore holds a loopback TCP connection to its own rendezvous
-# store (torch.distributed, world size 1): CRIU dumps and restores it only
-# with tcp-established. runc hands this file to every CRIU it runs, for the
-# dump and the restore alike. Both ends are in the frozen container, so no
-# network lock is needed where the host has no iptables to take one.
+# What vLLM needs of CRIU, in the file runc hands to every CRIU it runs (dump
+# and restore alike): tcp-established for the loopback connection its
+# EngineCore keeps to its own torch.distributed store, link-remap for the
+# POSIX semaphore multiprocessing maps under a name it has since renamed.
+# Both ends are in the frozen container, so no network lock is needed where
+# the host has no iptables to take one.
 mkdir -p /etc/criu
 conf=/etc/criu/runc.conf
 touch "$conf"
-grep -qx 'tcp-established' "$conf" || echo tcp-established >>"$conf"
+for o in tcp-established link-remap; do
+	grep -qx "$o" "$conf" || echo "$o" >>"$conf"
+done
 if ! command -v iptables-restore >/dev/null && ! grep -q '^network-lock' "$conf"; then
 	echo 'network-lock skip' >>"$conf"
 fi

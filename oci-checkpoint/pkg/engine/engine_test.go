@@ -46,8 +46,8 @@ func TestLookup(t *testing.T) {
 	if err != nil || p.Port != 30000 || p.Quiesce[len(p.Quiesce)-1].Path != "/release_memory_occupation" || p.Resume[0].Path != "/resume_memory_occupation" {
 		t.Errorf("sglang: %+v %v", p, err)
 	}
-	if p, _ := Lookup("vllm", 9000); p.Port != 9000 || p.Quiesce[len(p.Quiesce)-1].Path != "/sleep?level=1" ||
-		len(p.Resume) != 1 || p.Resume[0].Path != "/wake_up" || p.SleepLevel != 1 {
+	if p, _ := Lookup("vllm", 9000); p.Port != 9000 || p.Quiesce[len(p.Quiesce)-1].Path != "/sleep?level=2" ||
+		len(p.Resume) != 3 || p.SleepLevel != 2 {
 		t.Errorf("vllm with a port: %+v", p)
 	}
 	if _, err := Lookup("generic", 0); err == nil || !strings.Contains(err.Error(), "--port") {
@@ -60,6 +60,10 @@ func TestLookup(t *testing.T) {
 
 func TestWithSleepLevel(t *testing.T) {
 	p, _ := Lookup("vllm", 9000)
+	if one, err := WithSleepLevel(p, 1); err != nil || one.Port != 9000 || one.Quiesce[len(one.Quiesce)-1].Path != "/sleep?level=1" ||
+		len(one.Resume) != 1 || one.Resume[0].Path != "/wake_up" || one.SleepLevel != 1 {
+		t.Errorf("level 1: %+v %v", one, err)
+	}
 	q, err := WithSleepLevel(p, 2)
 	if err != nil || q.Port != 9000 || q.Quiesce[len(q.Quiesce)-1].Path != "/sleep?level=2" || q.SleepLevel != 2 {
 		t.Fatalf("level 2: %+v %v", q, err)
