@@ -245,3 +245,29 @@ same_as_before() {
 	is "$(v vllm-nosleep GET /is_sleeping | jq -r .is_sleeping)" false "the server was not put to sleep"
 	is "$(v vllm-nosleep POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')" "$before" "it still serves the same tokens"
 }
+
+# bats test_tags=gpu
+@test "vllm: a restore onto a host whose vLLM differs fails, naming the file that differs" {
+	skip_if_no_vllm
+	vllm_setup
+	run_vllm vllm-src "$VLLM_IMAGE" --env="ENGINE_VLLM_ARGS=$VARGS --enforce-eager"
+	wait_for "vLLM to serve" 900 v vllm-src GET /health
+	local image=rekindle.local/ckpt:vllm-other
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-src "$image"
+	run_nerdctl rm -f vllm-src
+	# Another vLLM build at the same path: the site hard-linked, its
+	# extension module rewritten one byte longer.
+	local other=$BATS_FILE_TMPDIR/other-site so=vllm/_C.abi3.so
+	cp -al "$SITE" "$other"
+	rm "$other/$so" && cp "$SITE/$so" "$other/$so" && printf '\0' >>"$other/$so"
+	mapfile -t PYFLAGS < <(sed "s|^--volume=$SITE:$SITE:|--volume=$other:$SITE:|" "$BATS_FILE_TMPDIR/pyflags")
+	grep -q -- "--volume=$other:" <<<"${PYFLAGS[*]}" || die "the vLLM site is not bound on its own: ${PYFLAGS[*]}"
+	echo vllm-other >>"$BATS_TEST_TMPDIR/containers"
+	run_nerdctl '?' run -d --name vllm-other --device nvidia.com/gpu=0 --network none --shm-size 1g \
+		"${PYFLAGS[@]}" --volume="$MODEL:/models/model:ro" "$image"
+	say "restore with another _C.abi3.so: exit $status: $(tail -3 <<<"$output" | tr '\n' ' ')"
+	[ "$status" -ne 0 ] || die "the restore onto another vLLM succeeded"
+	is "$output" "~_C\.abi3\.so" "the error names the file that differs"
+	rm -rf "$other"
+}
