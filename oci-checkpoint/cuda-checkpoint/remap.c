@@ -422,10 +422,19 @@ static int make_nodes(int pid, const struct node *all, int nall, const CUuuid *g
 		snprintf(name, sizeof name, "nvidia%d", all[j].minor);
 		if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0)
 			continue;
-		if (mknodat(dfd, name, S_IFCHR | 0666, makedev(NVIDIA_MAJOR, all[j].minor)) < 0 ||
-		    fchmodat(dfd, name, 0666, 0) < 0) {
+		/* The node is made 0666 at once, with no umask: a chmod by name
+		 * after it would follow a symlink that the restored (running,
+		 * untrusted) process may put in its place, and chmod a host
+		 * file. The umask is the process's, but is cleared only for this
+		 * one call. An entry that appeared since the fstatat (EEXIST)
+		 * is an error, never touched. */
+		mode_t mask = umask(0);
+		int r = mknodat(dfd, name, S_IFCHR | 0666, makedev(NVIDIA_MAJOR, all[j].minor));
+		int err = errno;
+		umask(mask);
+		if (r < 0) {
 			fail("cannot create /dev/%s for %s in pid %d's root: %s", name, uuid_str(&gpus[i], b), pid,
-			     strerror(errno));
+			     strerror(err));
 			ret = -1;
 		} else {
 			note("pid %d: created /dev/%s (%s) in its root", pid, name, uuid_str(&gpus[i], b));

@@ -305,6 +305,39 @@ test_stale_dev_in_a_narrowed_driver_view_restores_onto_the_views_gpus() {
 		"created /dev/nvidia0 (195:0)"
 }
 
+# The created node is 0666 whatever the tool's umask: made so at once, with
+# no chmod after it.
+test_created_gpu_node_is_0666_under_umask_022() {
+	[[ $(id -u) == 0 ]] || { echo "    (skipped: needs root for mknod)"; return 0; }
+	host 2; sees 1; recorded 1
+	local mask=$(umask)
+	umask 022
+	STUB_UUIDS=${U[0]} ckpt --action restore --pid $P
+	umask "$mask"
+	is "$rc" 0 "exit status" && restored_with "pairs=1 reserved=0 ${U[1]}>${U[0]}" &&
+		is "$(stat -c '%F %t:%T %a' "$T/proc/$P/root/dev/nvidia0")" "character special file c3:0 666" \
+			"created /dev/nvidia0 (195:0) under umask 022"
+}
+
+# The restored process runs while the tool makes its /dev/nvidiaN: a symlink
+# to a host file put where the node was, or is, must never be chmodded.
+test_gpu_node_swapped_for_a_symlink_is_not_chmodded() {
+	[[ $(id -u) == 0 ]] || { echo "    (skipped: needs root for mknod)"; return 0; }
+	local dev=$T/proc/$P/root/dev host_file=$T/host-file
+	host 2; sees 1; recorded 1
+	rm -f "$host_file" && touch "$host_file" && chmod 0600 "$host_file"
+	# swapped right after mknodat (the stub, preloaded, stands in for it)
+	STUB_UUIDS=${U[0]} STUB_SWAP_NODE=$host_file LD_PRELOAD=$REKINDLE_LIBCUDA ckpt --action restore --pid $P
+	has "$(cat "$STUB_LOG")" "mknodat: swapped nvidia0 for a symlink to $host_file" "the swap" &&
+		is "$(stat -c %a "$host_file")" 600 "mode of the host file after a swap" || return 1
+	# already there before the tool looks
+	sees 1
+	ln -s "$host_file" "$dev/nvidia0"
+	STUB_UUIDS=${U[0]} ckpt --action restore --pid $P
+	is "$(stat -c %a "$host_file")" 600 "mode of the host file behind an existing symlink" || return 1
+	[[ -L $dev/nvidia0 ]] || fail_msg "/dev/nvidia0 is no longer the symlink"
+}
+
 # Outside a device cgroup the driver shows every GPU: /dev is what counts.
 test_dev_inside_the_whole_driver_view_is_used_as_is() {
 	host 2; sees 1; recorded 1

@@ -7,12 +7,21 @@
  * It reads CUcheckpointRestoreArgs by raw byte offsets (gpuPairs at 0,
  * gpuPairsCount at 8, reserved to byte 64) rather than through driver.h,
  * so a wrong struct layout in the tool shows up here.
- * It deliberately has no cuGetErrorName: the tool must name errors itself. */
+ * It deliberately has no cuGetErrorName: the tool must name errors itself.
+ *
+ * Loaded with LD_PRELOAD as well, it also stands in for mknodat:
+ *   STUB_SWAP_NODE  a path: each node mknodat makes is at once replaced by
+ *                   a symlink to that path, as a restored container process
+ *                   racing the tool could do. */
+#include <fcntl.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 static void logf_(const char *fmt, ...)
 {
@@ -159,4 +168,18 @@ int cuCheckpointProcessGetRestoreThreadId(int pid, int *tid)
 	*tid = s ? atoi(s) : pid + 1;
 	logf_("cuCheckpointProcessGetRestoreThreadId pid=%d", pid);
 	return result("cuCheckpointProcessGetRestoreThreadId");
+}
+
+int mknodat(int dfd, const char *path, mode_t mode, dev_t dev)
+{
+	int r = (int)syscall(SYS_mknodat, dfd, path, mode, dev);
+	const char *to = getenv("STUB_SWAP_NODE");
+	if (r == 0 && to && *to) {
+		unlinkat(dfd, path, 0);
+		if (symlinkat(to, dfd, path) < 0)
+			logf_("mknodat: cannot swap %s for a symlink", path);
+		else
+			logf_("mknodat: swapped %s for a symlink to %s", path, to);
+	}
+	return r;
 }
