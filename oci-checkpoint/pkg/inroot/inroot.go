@@ -107,26 +107,53 @@ func (r *Root) rename(from, to string) error {
 	return nil
 }
 
-// ReadFile reads name.
+// MaxReadSize is the most ReadFile reads: the files read from a container
+// (the wake helper's status, devices.json) are small JSON.
+const MaxReadSize = 1 << 20
+
+// ReadFile reads name, a regular file of at most MaxReadSize bytes. The
+// container controls what is there: anything else (a FIFO, which would
+// block an open for reading forever, a device, whose open alone can act,
+// a symlink, a directory) is refused before it is opened for reading, and
+// a larger file before it is read.
 func (r *Root) ReadFile(name string) ([]byte, error) {
-	f, err := r.open(filepath.Clean("/"+name), unix.O_RDONLY|unix.O_NOFOLLOW, 0)
+	name = filepath.Clean("/" + name)
+	p, err := r.open(name, unix.O_PATH|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		return nil, err
 	}
+	defer p.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(p.Fd()), &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: p.Name(), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
+		return nil, fmt.Errorf("%s is %s, not a regular file: refusing to read it", p.Name(), fileKind(st.Mode))
+	}
+	if st.Size > MaxReadSize {
+		return nil, fmt.Errorf("%s is larger than %d bytes (%d): refusing to read it", p.Name(), MaxReadSize, st.Size)
+	}
+	// Reopen the inode just checked, for reading: through the O_PATH
+	// descriptor, so nothing the container swaps in meanwhile is opened.
+	// O_NONBLOCK and O_NOCTTY do nothing to a regular file; they are a
+	// second guard should it be anything else.
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", p.Fd()), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: p.Name(), Err: err}
+	}
+	if err := unix.SetNonblock(fd, false); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "open", Path: p.Name(), Err: err}
+	}
+	f := os.NewFile(uintptr(fd), p.Name())
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", f.Name())
-	}
-	buf := make([]byte, 0, st.Size())
-	for {
+	// It may have grown since the fstat: read one byte past the cap to tell.
+	buf := make([]byte, 0, max(st.Size+1, 512))
+	for len(buf) <= MaxReadSize {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := f.Read(buf[len(buf):cap(buf)])
+		n, err := f.Read(buf[len(buf):min(cap(buf), MaxReadSize+1)])
 		buf = buf[:len(buf)+n]
 		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
 			return buf, nil
@@ -135,6 +162,26 @@ func (r *Root) ReadFile(name string) ([]byte, error) {
 			return nil, err
 		}
 	}
+	return nil, fmt.Errorf("%s is larger than %d bytes: refusing to read it", p.Name(), MaxReadSize)
+}
+
+// fileKind names the type in mode, with its article, for messages.
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFIFO:
+		return "a FIFO"
+	case unix.S_IFCHR:
+		return "a character device"
+	case unix.S_IFBLK:
+		return "a block device"
+	case unix.S_IFDIR:
+		return "a directory"
+	case unix.S_IFLNK:
+		return "a symlink"
+	case unix.S_IFSOCK:
+		return "a socket"
+	}
+	return fmt.Sprintf("of type %#o", mode&unix.S_IFMT)
 }
 
 // Remove removes name; a missing name is not an error.
