@@ -49,7 +49,11 @@ HTTP for a registry on loopback (localhost, 127.0.0.0/8, ::1).`
 
 func printReport(r *checkpoint.Report) {
 	fmt.Printf("Image:       %s (%s)\n", r.Image, map[bool]string{true: "local", false: "registry, manifest only"}[r.Local])
-	fmt.Printf("Engine:      %s\n", r.Engine)
+	if v := r.Annotations[annotations.EngineVersion]; v != "" {
+		fmt.Printf("Engine:      %s (%s)\n", r.Engine, v)
+	} else {
+		fmt.Printf("Engine:      %s\n", r.Engine)
+	}
 	fmt.Printf("Base image:  %s\n", r.BaseImage)
 	fmt.Printf("Created:     %s\n", r.Created)
 	fmt.Printf("Layer:       %s (%.1f MiB)\n", r.LayerDigest, float64(r.LayerSize)/(1<<20))
