@@ -3,7 +3,9 @@ package checkpoint
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"time"
@@ -68,7 +70,12 @@ func resume(ctx context.Context, root *inroot.Root, eng *engine.Client, o Option
 		return err
 	}
 	for {
-		if b, err := root.ReadFile(wake.StatusFile); err == nil {
+		b, err := root.ReadFile(wake.StatusFile)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			// The container put something else there: waiting will not help.
+			return fmt.Errorf("the wake helper's status: %w", err)
+		}
+		if err == nil {
 			var st wake.Status
 			if err := json.Unmarshal(b, &st); err != nil {
 				return fmt.Errorf("%s: %w", wake.StatusFile, err)
