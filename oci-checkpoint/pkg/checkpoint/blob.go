@@ -13,9 +13,11 @@ import (
 const directAlign = 4096
 
 // blobFile writes one blob into a content store directory: a temporary
-// file beside the blobs, written with O_DIRECT where the filesystem allows
-// it (this VM's buffered writes with a final fsync ran at a quarter of its
-// direct write rate), renamed to its digest once complete.
+// file in TmpDir, written with O_DIRECT where the filesystem allows it (this
+// VM's buffered writes with a final fsync ran at a quarter of its direct
+// write rate), renamed to its digest in blobs/ once complete. It holds a
+// lock on the file while it writes, so a later create can tell a
+// crashed write's leftover from a live one.
 type blobFile struct {
 	f      *os.File
 	tmp    string
@@ -24,13 +26,24 @@ type blobFile struct {
 	n      int64
 }
 
+// TmpDir is where blobs are written before they are renamed into place: on
+// the content store's file system, outside blobs/ and ingest/, which
+// containerd's store walks. In blobs/, a name that is not a digest is
+// reported by the walk and stops the garbage collector's sweep.
+func TmpDir(root string) string {
+	return filepath.Join(root, "rekindle-tmp")
+}
+
 func createBlob(root string) (*blobFile, error) {
 	dir := filepath.Join(root, "blobs", digest.Canonical.String())
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return nil, err
+	tmpDir := TmpDir(root)
+	for _, d := range []string{dir, tmpDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, err
+		}
 	}
-	// A leading dot is not a digest: containerd's store walks past it.
-	tmp := filepath.Join(dir, ".rekindle-layer-"+randomID())
+	removeStale(tmpDir)
+	tmp := filepath.Join(tmpDir, "layer-"+randomID())
 	b := &blobFile{tmp: tmp, dir: dir, direct: true}
 	fd, err := unix.Open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_DIRECT|unix.O_CLOEXEC, 0o644)
 	if errors.Is(err, unix.EINVAL) { // tmpfs and some others refuse O_DIRECT
@@ -41,7 +54,27 @@ func createBlob(root string) (*blobFile, error) {
 		return nil, &os.PathError{Op: "create", Path: tmp, Err: err}
 	}
 	b.f = os.NewFile(uintptr(fd), tmp)
+	if err := unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		b.remove()
+		return nil, &os.PathError{Op: "lock", Path: tmp, Err: err}
+	}
 	return b, nil
+}
+
+// removeStale removes what a killed create left in dir: the files no live
+// writer holds locked.
+func removeStale(dir string) {
+	names, _ := filepath.Glob(filepath.Join(dir, "layer-*"))
+	for _, n := range names {
+		f, err := os.OpenFile(n, os.O_RDONLY|unix.O_NOFOLLOW, 0)
+		if err != nil {
+			continue
+		}
+		if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) == nil {
+			os.Remove(n)
+		}
+		f.Close()
+	}
 }
 
 // Write takes page-aligned buffers (asyncWriter's); only the last may be
