@@ -113,6 +113,37 @@ static int open_in_root(int pid, const char *path, int flags)
 	return fd;
 }
 
+/*
+ * Opens path in pid's root for reading only when it is a regular file: the
+ * entry is looked at through an O_PATH descriptor first, so a FIFO (whose
+ * open would block the restore for good), a device (whose open can act) or
+ * a symlink is never opened; the checked inode is then opened through that
+ * descriptor. -1 with errno (ELOOP: a symlink; EINVAL: not a regular file).
+ */
+static int open_regular_in_root(int pid, const char *path)
+{
+	int pfd = open_in_root(pid, path, O_PATH | O_NOFOLLOW);
+	if (pfd < 0)
+		return -1;
+	struct stat st;
+	int fd = -1, err;
+	if (fstat(pfd, &st) < 0) {
+		err = errno;
+	} else if (S_ISLNK(st.st_mode)) {
+		err = ELOOP;
+	} else if (!S_ISREG(st.st_mode)) {
+		err = EINVAL;
+	} else {
+		char self[64];
+		snprintf(self, sizeof self, "/proc/self/fd/%d", pfd);
+		fd = open(self, O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+		err = errno;
+	}
+	close(pfd);
+	errno = err;
+	return fd;
+}
+
 /* devices.json lists a few GPUs: anything larger is not ours. */
 #define SLURP_MAX (1 << 20)
 
@@ -179,7 +210,7 @@ static char *slurp_path(const char *path)
 static int read_old(int pid, const char *path, CUuuid *out, int *n)
 {
 	*n = 0;
-	int fd = open_in_root(pid, "/.rekindle/devices.json", O_RDONLY | O_NOFOLLOW);
+	int fd = open_regular_in_root(pid, "/.rekindle/devices.json");
 	if (fd < 0 && errno == ENOENT)
 		return 1;
 	char *text = fd < 0 ? NULL : slurp(fd);
@@ -191,6 +222,8 @@ static int read_old(int pid, const char *path, CUuuid *out, int *n)
 			fail("%s is larger than %d bytes: not a devices.json oci-checkpoint wrote", path, SLURP_MAX);
 		else if (err == ELOOP)
 			fail("%s is a symlink: refusing to follow it (rewrite it as a file)", path);
+		else if (err == EINVAL)
+			fail("%s is not a regular file: refusing to open it", path);
 		else
 			fail("cannot read %s: %s", path, strerror(err));
 		return -1;

@@ -236,6 +236,16 @@ test_dev_symlink_out_of_the_root_stays_in_the_root() {
 	is "$rc" 1 "exit status" && has "$out" "cannot list $root/dev" "error" && is "$calls" "" "no restore call"
 }
 
+test_devices_json_fifo_is_refused_without_blocking() {
+	host 2; sees 0 1
+	local dir=$T/proc/$P/root/.rekindle
+	mkdir -p "$dir" && rm -f "$dir/devices.json" && mkfifo "$dir/devices.json"
+	rm -f "$STUB_LOG"
+	out=$(timeout 10 "$bin" --action restore --pid $P 2>&1)
+	rc=$?
+	is "$rc" 1 "exit status (124: it blocked on the FIFO)" && has "$out" "devices.json is not a regular file" "error"
+}
+
 test_oversized_devices_json_is_refused() {
 	host 2; sees 0 1; recorded 0 1
 	head -c 2000000 /dev/zero | tr '\0' ' ' >>"$T/proc/$P/root/.rekindle/devices.json"
