@@ -98,6 +98,7 @@ test-patches: $(BIN)/containerd $(BIN)/runc $(BIN)/mkfs.erofs
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestSnapshotRemovableAfterChildCollected' ./core/metadata/
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCheckpointDir|TestCheckpointImagePath|TestColdStart|TestCheckpointCacheEntryFile' ./internal/cri/server/
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestContainerStoreUpdate' ./internal/cri/store/container/
+	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestWithCRIUCause' ./cmd/containerd-shim-runc-v2/process/
 	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -run 'TestAddCriu|TestUpLoopback|TestHasLoopback' ./libcontainer/
 UNIT_TESTS += test-patches
 

@@ -285,6 +285,8 @@ break_criu_images() {
 
 	run_nerdctl '?' run -d --name fndst -p "127.0.0.1:$port:30000" "$image"
 	[ "$status" -ne 0 ] || die "nerdctl run of an image CRIU cannot restore succeeded"
+	# runc says only "criu failed"; the shim adds CRIU's own error (0022).
+	is "$output" "~CRIU: .+ \(criu/[a-z_-]+\.c:[0-9]+\) \(log: .*/restore\.log\)" "the error names what CRIU failed on, and its log"
 	run_nerdctl ps -q --filter name=fndst
 	is "$output" "" "no container running"
 	! grep -q "restoring checkpoint image $image .*starting cold" "$RK_DIR/containerd.log" || die "containerd started it cold"

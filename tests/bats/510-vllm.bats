@@ -247,7 +247,7 @@ same_as_before() {
 }
 
 # bats test_tags=gpu
-@test "vllm: a restore onto a host whose vLLM differs fails and leaves nothing running" {
+@test "vllm: a restore onto a host whose vLLM differs fails, naming the file that differs, and leaves nothing running" {
 	skip_if_no_vllm
 	vllm_setup
 	run_vllm vllm-src "$VLLM_IMAGE" --env="ENGINE_VLLM_ARGS=$VARGS --enforce-eager"
@@ -268,9 +268,7 @@ same_as_before() {
 		"${PYFLAGS[@]}" --volume="$MODEL:/models/model:ro" "$image"
 	say "restore with another $so: exit $status: $(tail -1 <<<"$output")"
 	[ "$status" -ne 0 ] || die "the restore onto another vLLM succeeded"
-	is "$output" "~restore failed" "nerdctl run says the restore failed"
-	# CRIU's restore log names the file ("has bad size"); containerd's error
-	# does not carry it yet (docs/operations.md).
+	is "$output" "~CRIU: File var/tmp/vllm-site/$so has bad size" "the error names the file that differs (containerd-patches/0022)"
 	run_nerdctl '?' inspect -f '{{.State.Running}}' vllm-other
 	[ "$output" != true ] || die "a container runs after the failed restore"
 	rm -rf "$other"
