@@ -23,13 +23,8 @@ func (c *Client) Preflight(ctx context.Context, p Profile) (Facts, error) {
 		return Facts{}, nil
 	}
 	var f Facts
-	var v struct {
-		Version string `json:"version"`
-	}
-	if err := c.getJSON(ctx, Call{Method: "GET", Path: "/version", Hint: "is this a vLLM server?"}, &v); err != nil {
-		return f, fmt.Errorf("preflight: %w", err)
-	}
-	f.Version = "vllm " + v.Version
+	// /server_info first: a server without dev mode (or not vLLM at all)
+	// is told what to start vLLM with.
 	var info struct {
 		Config struct {
 			Model struct {
@@ -42,6 +37,13 @@ func (c *Client) Preflight(ctx context.Context, p Profile) (Facts, error) {
 	if err := c.getJSON(ctx, call, &info); err != nil {
 		return f, fmt.Errorf("preflight: %w", err)
 	}
+	var v struct {
+		Version string `json:"version"`
+	}
+	if err := c.getJSON(ctx, Call{Method: "GET", Path: "/version", Hint: "is this a vLLM server?"}, &v); err != nil {
+		return f, fmt.Errorf("preflight: %w", err)
+	}
+	f.Version = "vllm " + v.Version
 	switch sm := info.Config.Model.SleepMode; {
 	case sm == nil:
 		return f, fmt.Errorf("preflight: %s: vLLM %s reports no model_config.enable_sleep_mode: cannot tell whether /sleep frees the GPU", call, v.Version)
