@@ -188,13 +188,24 @@ func (c *Client) Do(ctx context.Context, call Call) error {
 		}
 		return nil
 	}
+	resp, err := c.send(ctx, call)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	return nil
+}
+
+// send makes an HTTP call; an answer other than 2xx is a StatusError, its
+// body read and closed.
+func (c *Client) send(ctx context.Context, call Call) (*http.Response, error) {
 	var body io.Reader
 	if call.Body != "" {
 		body = strings.NewReader(call.Body)
 	}
 	req, err := http.NewRequestWithContext(ctx, call.Method, c.Base+call.Path, body)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if call.Body != "" {
 		req.Header.Set("Content-Type", "application/json")
@@ -205,14 +216,14 @@ func (c *Client) Do(ctx context.Context, call Call) error {
 	}
 	resp, err := hc.Do(req)
 	if err != nil {
-		return fmt.Errorf("%s: %w", call, err)
+		return nil, fmt.Errorf("%s: %w", call, err)
 	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
 	if resp.StatusCode/100 != 2 {
-		return &StatusError{Call: call, Code: resp.StatusCode, Answer: strings.TrimSpace(string(answer))}
+		defer resp.Body.Close()
+		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+		return nil, &StatusError{Call: call, Code: resp.StatusCode, Answer: strings.TrimSpace(string(answer))}
 	}
-	return nil
+	return resp, nil
 }
 
 // Retry runs call until it succeeds or ctx ends, backing off from 50 ms to

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net/http"
-	"strings"
 )
 
 // Facts is what a preflight learned of the engine, for the image's
@@ -55,23 +53,11 @@ func (c *Client) Preflight(ctx context.Context, p Profile) (Facts, error) {
 
 // getJSON runs a GET call and decodes its answer into v.
 func (c *Client) getJSON(ctx context.Context, call Call, v any) error {
-	req, err := http.NewRequestWithContext(ctx, call.Method, c.Base+call.Path, nil)
+	resp, err := c.send(ctx, call)
 	if err != nil {
 		return err
 	}
-	hc := c.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s: %w", call, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		answer, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-		return &StatusError{Call: call, Code: resp.StatusCode, Answer: strings.TrimSpace(string(answer))}
-	}
 	// /server_info carries the whole environment: a few hundred KiB.
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(v); err != nil {
 		return fmt.Errorf("%s: answer is not the JSON expected: %w", call, err)
