@@ -461,3 +461,40 @@ no_erofs_mounts() {
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after the second restore"
 	run_nerdctl rm -f gen2
 }
+
+@test "a restore whose base image was pulled on demand can be checkpointed again, by the base's recorded digest" {
+	local port base=127.0.0.1:$REGISTRY_PORT/rekindle/engine:fresh reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:fresh
+	local again=rekindle.local/ckpt:fresh-again
+	run_nerdctl tag "$ENGINE_IMAGE" "$base"
+	run_nerdctl push --insecure-registry "$base"
+	local digest
+	digest=$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" images ls | awk -v i="$base" '$1 == i {print $3}')
+	[[ $digest == sha256:* ]] || die "no digest for $base: '$digest'"
+	port=$(free_port)
+	run_nerdctl run -d --name fr0 -p "127.0.0.1:$port:30000" "$base"
+	wait_healthy "$port"
+	local before
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
+	ocicp create fr0 "$reg"
+	run_nerdctl push --insecure-registry "$reg"
+	run_nerdctl rm -f fr0
+	# A host that has neither image by name: the restore pulls both, the base
+	# on demand (containerd-patches/0003), which leaves no image record.
+	run_nerdctl rmi "$reg" "$base"
+	run_nerdctl run -d --insecure-registry --name fr1 -p "127.0.0.1:$port:30000" "$reg"
+	wait_for "the wake helper's status" 30 status_of fr1
+	is "$(jq -r .outcome <<<"$(status_of fr1)")" "resumed" "restore on a host without the base image"
+	run_nerdctl 1 image inspect "$base"
+
+	ocicp create --json fr1 "$again"
+	local json=${output#*$'\n{'}
+	is "$(jq -r .base_image <<<"{$json")" "$base" "the new checkpoint's base image"
+	is "$(jq -r '.annotations."org.criu.checkpoint.rootfsImageID"' <<<"{$json")" "$digest" "the base's digest, as the first checkpoint recorded it"
+	run_nerdctl rm -f fr1
+	run_nerdctl run -d --name fr2 -p "127.0.0.1:$port:30000" "$again"
+	wait_for "the wake helper's status" 30 status_of fr2
+	is "$(jq -r .outcome <<<"$(status_of fr2)")" "resumed" "restore of the second checkpoint"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after both restores"
+	run_nerdctl rm -f fr2
+}

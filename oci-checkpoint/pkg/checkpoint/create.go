@@ -13,6 +13,7 @@ import (
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/runtime-spec/specs-go"
 
 	"rekindle.local/oci-checkpoint/pkg/engine"
@@ -133,13 +134,16 @@ type creation struct {
 	ctr       client.Container
 	info      containers.Container // as source() gives it
 	diffLower string               // the snapshot the rootfs diff is against ("": its parent)
-	task      client.Task
-	spec      *specs.Spec
-	pid       uint32
-	root      *inroot.Root
-	eng       *engine.Client
-	facts     engine.Facts // what the preflight learned of the engine
-	t         *phase.Timer
+	// baseDigest is the base image's digest a restored container's
+	// checkpoint recorded: its base may have no image record (baseImage).
+	baseDigest digest.Digest
+	task       client.Task
+	spec       *specs.Spec
+	pid        uint32
+	root       *inroot.Root
+	eng        *engine.Client
+	facts      engine.Facts // what the preflight learned of the engine
+	t          *phase.Timer
 
 	quiesced bool // a failure from here resumes the engine
 	helperUp bool // the wake helper runs in the container
@@ -187,7 +191,7 @@ func open(ctx context.Context, c *client.Client, o Options) (*creation, error) {
 	if _, err := os.Stat(o.WakeBinary); err != nil {
 		return nil, fmt.Errorf("wake helper: %w (build it with 'make build', or pass --wake-binary)", err)
 	}
-	info, diffLower, err := source(ctx, c, info)
+	info, diffLower, baseDigest, err := source(ctx, c, info)
 	if err != nil {
 		return nil, err
 	}
@@ -200,7 +204,7 @@ func open(ctx context.Context, c *client.Client, o Options) (*creation, error) {
 	if err != nil {
 		return nil, err
 	}
-	cr := &creation{ctx: ctx, c: c, o: o, name: name, ctr: ctr, info: info, diffLower: diffLower, task: task, spec: spec, pid: pid, root: root,
+	cr := &creation{ctx: ctx, c: c, o: o, name: name, ctr: ctr, info: info, diffLower: diffLower, baseDigest: baseDigest, task: task, spec: spec, pid: pid, root: root,
 		t: &phase.Timer{Out: o.Progress}}
 	cr.eng = &engine.Client{HTTP: NetnsHTTP(pid), Base: fmt.Sprintf("http://127.0.0.1:%d", o.Engine.Port)}
 	if o.URL != "" {

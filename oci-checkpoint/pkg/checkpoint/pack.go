@@ -1,6 +1,7 @@
 package checkpoint
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"strconv"
@@ -8,6 +9,11 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/images"
+	"github.com/containerd/errdefs"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/wake"
@@ -24,7 +30,7 @@ func (cr *creation) pack() error {
 		}
 		return noSpace(fmt.Errorf("rootfs diff: %w", err), where)
 	}
-	base, err := cr.c.GetImage(cr.ctx, cr.info.Image)
+	base, err := cr.baseImage()
 	if err != nil {
 		return fmt.Errorf("base image %s of the container: %w (it must stay in the image store while checkpointing)", cr.info.Image, err)
 	}
@@ -40,6 +46,60 @@ func (cr *creation) pack() error {
 	}
 	cr.res.Digest, cr.res.Size, cr.res.OCIArchive = desc.Digest.String(), size, cr.o.OCIArchive
 	return nil
+}
+
+// baseImage is the container's base image. A container restored from a
+// checkpoint image on a host that lacked its base has none by name: the
+// restore fetched the base's content but made no image record. Its base is
+// then the content its checkpoint recorded the digest of, and only that.
+func (cr *creation) baseImage() (client.Image, error) {
+	img, err := cr.c.GetImage(cr.ctx, cr.info.Image)
+	if err == nil || !errdefs.IsNotFound(err) || cr.baseDigest == "" {
+		return img, err
+	}
+	desc, derr := descriptorOf(cr.ctx, cr.c.ContentStore(), cr.baseDigest)
+	if derr != nil {
+		return nil, fmt.Errorf("%w, nor its recorded digest %s in the content store: %v", err, cr.baseDigest, derr)
+	}
+	img = client.NewImage(cr.c, images.Image{Name: cr.info.Image, Target: desc})
+	if _, err := img.Config(cr.ctx); err != nil {
+		return nil, fmt.Errorf("recorded digest %s: %w", cr.baseDigest, err)
+	}
+	return img, nil
+}
+
+// descriptorOf describes the manifest or index stored as dgst.
+func descriptorOf(ctx context.Context, cs content.Store, dgst digest.Digest) (ocispec.Descriptor, error) {
+	info, err := cs.Info(ctx, dgst)
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	if info.Size > 4<<20 {
+		return ocispec.Descriptor{}, fmt.Errorf("%s is %d bytes: not a manifest", dgst, info.Size)
+	}
+	b, err := content.ReadBlob(ctx, cs, ocispec.Descriptor{Digest: dgst, Size: info.Size})
+	if err != nil {
+		return ocispec.Descriptor{}, err
+	}
+	var m struct {
+		MediaType string            `json:"mediaType"`
+		Manifests []json.RawMessage `json:"manifests"`
+		Config    *json.RawMessage  `json:"config"`
+	}
+	if err := json.Unmarshal(b, &m); err != nil {
+		return ocispec.Descriptor{}, fmt.Errorf("%s: %w", dgst, err)
+	}
+	mt := m.MediaType
+	switch {
+	case mt != "":
+	case m.Manifests != nil:
+		mt = ocispec.MediaTypeImageIndex
+	case m.Config != nil:
+		mt = ocispec.MediaTypeImageManifest
+	default:
+		return ocispec.Descriptor{}, fmt.Errorf("%s is neither an image manifest nor an index", dgst)
+	}
+	return ocispec.Descriptor{MediaType: mt, Digest: dgst, Size: info.Size}, nil
 }
 
 func (cr *creation) standard(base client.Image) map[string]string {
