@@ -13,6 +13,11 @@ enough to checkpoint and restore with CRIU on a machine without a GPU:
   benchmarks that need a large checkpoint.
 - POST /generate: deterministic "greedy" text computed from the weights and
   the prompt, identical before a checkpoint and after a restore.
+- GET /state?verify=1: /state plus memory_sha256, the SHA-256 of the weights
+  buffer as it is in memory at the time of the request (null while released),
+  so a test can show a restored process holds the bytes the image ships.
+  weights_sha256 (the checksum file's) and loaded_sha256 (computed when the
+  file was read) cannot show that: they are equal whenever weights are loaded.
 
 CRIU-friendly by construction: stdlib only (no io_uring), binds 0.0.0.0,
 HTTP/1.0 (every connection closes after its response), logs to stdout.
@@ -33,6 +38,7 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, urlsplit
 
 WEIGHTS_SEED = b"rekindle-cpu-engine-weights-v1"
 CHUNK = 1 << 20
@@ -179,9 +185,12 @@ class Engine:
         with self.lock:
             self.prefix_cache.clear()
 
-    def snapshot(self):
+    def snapshot(self, verify=False):
+        """The engine's state; with verify, also memory_sha256: the SHA-256 of
+        the weights buffer hashed now, from the bytes this process holds."""
         with self.lock:
-            return {
+            weights = self.weights
+            state = {
                 "counter": self.counter,
                 "loaded": self.weights is not None,
                 "weights_sha256": self.expected,
@@ -196,6 +205,11 @@ class Engine:
                 "resumes": self.resumes,
                 "generations": self.generations,
             }
+        if verify:
+            # Outside the lock: the buffer is immutable bytes, and hashing
+            # 64 MiB must not stall the counter or other requests.
+            state["memory_sha256"] = hashlib.sha256(weights).hexdigest() if weights is not None else None
+        return state
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -233,7 +247,8 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 self._reply(200, {"status": "ok"})
         elif path == "/state":
-            self._reply(200, e.snapshot())
+            query = parse_qs(urlsplit(self.path).query)
+            self._reply(200, e.snapshot(verify=query.get("verify", [""])[0] not in ("", "0")))
         elif path == "/get_model_info":
             self._reply(200, {"model_path": e.weights_path, "is_generation": True,
                               "weights_sha256": e.expected})

@@ -97,6 +97,37 @@ def test_health_and_state(engine, weights):
     assert st["state_mb"] == 8
 
 
+def test_state_verify_hashes_the_weights_in_memory(engine, weights):
+    base, _ = engine
+    plain = call(base + "/state")[1]
+    assert "memory_sha256" not in plain, "plain /state stays cheap: no hashing"
+    code, st, _ = call(base + "/state?verify=1")
+    assert code == 200
+    assert st["memory_sha256"] == weights[1]
+    assert set(st) - set(plain) == {"memory_sha256"}
+    assert "memory_sha256" not in call(base + "/state?verify=0")[1]
+
+
+def test_verify_sees_weights_changed_in_memory(tmp_path):
+    # What the system tests rely on: bytes changed in memory after the load
+    # show in memory_sha256, while weights_sha256 and loaded_sha256 (set
+    # from the file at load time) still agree with each other.
+    path = str(tmp_path / "weights.bin")
+    digest = server.make_weights(path, 1)
+    eng = server.Engine(path, tick_ms=1000)
+    st = eng.snapshot(verify=True)
+    assert st["memory_sha256"] == st["loaded_sha256"] == st["weights_sha256"] == digest
+    buf = bytearray(eng.weights)
+    buf[12345] ^= 0x01
+    eng.weights = bytes(buf)
+    st = eng.snapshot(verify=True)
+    assert st["loaded_sha256"] == st["weights_sha256"] == digest
+    assert st["memory_sha256"] == hashlib.sha256(eng.weights).hexdigest() != digest
+    eng.release()
+    st = eng.snapshot(verify=True)
+    assert st["loaded"] is False and st["memory_sha256"] is None
+
+
 def test_counter_advances(engine):
     base, _ = engine
     c1 = call(base + "/state")[1]["counter"]

@@ -191,7 +191,7 @@ PY
 	before=$(cat "$BATS_FILE_TMPDIR/ck1.text")
 	answered "before the checkpoint" "$before"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output"
-	is "$(state_of "$port" loaded_sha256)" "$(state_of "$port" weights_sha256)" "weights checksum"
+	weights_intact "$port" r1
 	# runc-patches/0002: the restored network namespace's lo is up, with no
 	# wake helper in this image to bring it up.
 	run_nerdctl exec r1 cat /sys/class/net/lo/flags

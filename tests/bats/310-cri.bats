@@ -52,7 +52,8 @@ a.write(out, [desc])
 PY
 }
 
-# assert_resumed PORT: the engine on PORT is the recorded process, resumed.
+# assert_resumed PORT: the engine on PORT, in container $CTR, is the recorded
+# process, resumed, its weights intact in memory.
 assert_resumed() {
 	is "$(state_of "$1" pid)" "$E_PID" "same engine process (pid in the container)"
 	is "$(state_of "$1" start_time)" "$E_START" "same start time: restored, not restarted"
@@ -62,7 +63,7 @@ assert_resumed() {
 	sleep 0.5
 	[ "$(state_of "$1" counter)" -gt "$c" ] || die "counter stopped after the restore"
 	is "$(engine POST "$1" /generate "$PROMPT" | jq -r .text)" "$E_TEXT" "greedy output"
-	is "$(state_of "$1" loaded_sha256)" "$(state_of "$1" weights_sha256)" "weights checksum"
+	weights_intact "$1" "$CTR" cri exec
 }
 
 @test "a pod sandbox runs on the local sandbox image, no registry reachable" {

@@ -85,6 +85,39 @@ start_mapper() {
 
 sum_of() { engine GET "$1" /sum | jq -r ".$2"; }
 
+# A shell function, for the host and for a container's sh: set_files DIR
+# prints each entry of DIR, sorted: name, size, mode, mtime (ns), SHA-256.
+SET_FILES='set_files() {
+	(cd "$1" && for f in $(ls -A | LC_ALL=C sort); do
+		echo "$(stat -c "%n %s %a %.9Y" "$f") $(sha256sum <"$f" | cut -d" " -f1)"
+	done)
+}'
+eval "$SET_FILES"
+
+# What a container tries on set small: create a file, then write to, trim,
+# touch, chmod, rename and remove the existing ones. Each attempt prints
+# "refused: " or "WROTE: " and the command; set_files shows the set before
+# and after.
+WRITE_ATTEMPTS='
+d=/rekindle/weights/small
+try() { if "$@" 2>&1; then echo "WROTE: $*"; else echo "refused: $*"; fi; }
+echo "== before"; set_files "$d"; echo "== tries"
+try touch "$d/x"
+try sh -c "echo x >>$d/model-2.safetensors"
+try dd if=/dev/zero of="$d/model-1.safetensors" bs=4096 count=1 conv=notrunc status=none
+try sh -c ": >$d/model-2.safetensors"
+try truncate -s 4096 "$d/model-1.safetensors"
+try touch "$d/model-2.safetensors"
+try chmod 0666 "$d/model-1.safetensors"
+try mv "$d/model-2.safetensors" "$d/renamed"
+try rm -f "$d/rekindle-set.json"
+echo "== after"; set_files "$d"; echo "== end"
+'
+WRITE_TRIES=9
+
+# section NAME: the lines of $output between "== NAME" and the next "== ".
+section() { awk -v s="== $1" '$0 == s {on = 1; next} /^== / {on = 0} on' <<<"$output"; }
+
 src_sha() { sha256sum "$1" | cut -d' ' -f1; }
 
 # snapshots: the containerd snapshots (to see none was left behind).
@@ -106,10 +139,23 @@ snapshots() { "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshot
 	jq -e '.kind == "rekindle.dev/weights" and (.devices | map(.name) | index("small") != null)' \
 		"$WEIGHTS_DIR/cdi/rekindle-weights.json" >/dev/null || die "CDI spec lacks the set"
 
+	# Read-only: every write is refused, and the set's files (as the
+	# container and the host see them) are what they were, byte for byte,
+	# size, mode and mtime, so a set that took a write and said it failed,
+	# or said nothing, fails here too.
+	local files
+	files=$(set_files "$dir")
+	is "$(wc -l <<<"$files")" "3" "entries in the set before the writes"
 	run_nerdctl run --rm --net none --device rekindle.dev/weights=small "$BASE_IMAGE" \
-		sh -c 'sha256sum /rekindle/weights/small/model-2.safetensors; touch /rekindle/weights/small/x 2>&1; echo rc=$?'
-	[[ $output == *"$(src_sha "$SRC/small/model-2.safetensors")"* ]] || die "container read other bytes"
-	[[ $output == *"Read-only file system"*"rc=1"* ]] || die "the set is writable in the container"
+		sh -c "$SET_FILES$WRITE_ATTEMPTS"
+	is "$(section before)" "$files" "the set as the container sees it, before its writes"
+	[[ $(section before) == *"model-2.safetensors "*" $(src_sha "$SRC/small/model-2.safetensors")"* ]] ||
+		die "container read other bytes"
+	[[ $output != *"WROTE: "* ]] || die "the set took writes in the container: $(grep 'WROTE: ' <<<"$output")"
+	is "$(grep -c '^refused: ' <<<"$output")" "$WRITE_TRIES" "writes refused"
+	[[ $output == *"Read-only file system"* ]] || die "the writes were not refused as writes to a read-only file system"
+	is "$(section after)" "$files" "the set as the container sees it, after its writes"
+	is "$(set_files "$dir")" "$files" "the set as the host sees it, after the container's writes"
 }
 
 @test "a checkpoint leaves the mapped set out; restore maps it again; evicted, the hook loads it on demand" {

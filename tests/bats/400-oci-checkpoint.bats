@@ -97,7 +97,7 @@ no_container() {
 	is "$(state_of "$port" start_time)" "$start0" "restored, not restarted"
 	[ "$(state_of "$port" counter)" -ge "$c0" ] || die "counter went back"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after restore"
-	is "$(state_of "$port" loaded_sha256)" "$(state_of "$port" weights_sha256)" "weights checksum"
+	weights_intact "$port" dst
 	run_nerdctl logs dst
 	[[ $output == *"rekindle-wake: engine sglang resumed in"* ]] || die "the helper's outcome is not in the container's log"
 	grep -q "restored from checkpoint image $reg: container-setup=" "$RK_DIR/containerd.log" ||

@@ -5,7 +5,7 @@ bats_require_minimum_version 1.5.0
 
 REKINDLE_ROOT=$(cd "$BATS_TEST_DIRNAME/../.." && pwd)
 BIN=${REKINDLE_BIN:-$REKINDLE_ROOT/build/bin}
-IMAGES=$REKINDLE_ROOT/build/images
+IMAGES=${REKINDLE_IMAGES:-$REKINDLE_ROOT/build/images}
 BASE_IMAGE=rekindle.local/base:bookworm
 ENGINE_IMAGE=rekindle.local/cpu-engine:latest
 PATH=$BIN:$PATH
@@ -253,6 +253,34 @@ start_engine() {
 # state_of PORT FIELD: one field of the engine's GET /state.
 state_of() {
 	engine GET "$1" /state | jq -r ".$2"
+}
+
+# weights_intact PORT CONTAINER [EXEC...]: the engine on 127.0.0.1:PORT
+# holds in memory the very weights its image ships. The engine hashes its
+# weights buffer when asked (GET /state?verify=1: memory_sha256, computed at
+# the request from the bytes the process holds, so after a restore from what
+# CRIU or a resume put there), and that must be the checksum the image build
+# wrote to /engine/weights.bin.sha256, read from CONTAINER with EXEC
+# (default: nerdctl exec; `cri exec` for a CRI container, `podman exec`).
+# PORT - reads the /state?verify=1 JSON from stdin instead, for an engine no
+# host port reaches. (/state's weights_sha256 and loaded_sha256 prove
+# nothing here: the engine sets both from the file, so they always agree.)
+weights_intact() {
+	local port=$1 ctr=$2 state want got
+	shift 2
+	[ $# -gt 0 ] || set -- "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec
+	if [ "$port" = - ]; then
+		state=$(cat)
+	else
+		state=$(engine GET "$port" '/state?verify=1') || die "no GET /state?verify=1 from the engine on port $port"
+	fi
+	want=$("$@" "$ctr" cat /engine/weights.bin.sha256) || die "cannot read /engine/weights.bin.sha256 in $ctr"
+	want=$(awk 'NR == 1 {print $1}' <<<"$want")
+	is "$want" "~^[0-9a-f]{64}$" "the image's weights checksum in $ctr"
+	got=$(jq -r .memory_sha256 <<<"$state")
+	is "$(jq -r .loaded <<<"$state")" "true" "weights loaded"
+	is "$got" "~^[0-9a-f]{64}$" "memory_sha256 in GET /state?verify=1 (an engine image built from images/cpu-engine/server.py as it is now?)"
+	is "$got" "$want" "SHA-256 of the weights in the engine's memory vs the image's /engine/weights.bin.sha256"
 }
 
 # record_engine PORT: remember the engine's output and identity in E_*.
