@@ -2,7 +2,7 @@
 # test-criu-zdtm.sh SRCDIR: run CRIU's own memory tests (zdtm) against the
 # patched CRIU built in SRCDIR, twice: as the restore runs by default, and
 # with CRIU_FAULT=139, which sends every task and shared mapping, however
-# small, through the parallel fills of criu-patches/0002 and 0003 (zdtm's
+# small, through the parallel fills of criu-patches/0003 and 0004 (zdtm's
 # images are far below their 64 MiB threshold otherwise).
 #
 # zdtm runs most tests as an unprivileged user, and criu then needs

@@ -96,7 +96,7 @@ threads() {
 	pages=$(ls -S "$img"/pages-*.img | head -1)
 	truncate -s -1M "$pages"
 
-	# Serial (0001) and parallel (0002) fill alike; stock CRIU spins forever here.
+	# Serial (0002) and parallel (0003) fill alike; stock CRIU spins forever here.
 	local n
 	for n in 1 2; do
 		run_cmd '?' timeout 120 "$BIN/criu" restore -d -D "$img" -o "restore-$n.log" --restore-threads "$n"
@@ -111,4 +111,33 @@ threads() {
 		# The next restore needs the pids back: wait for init to reap them.
 		wait_for "the failed restore's zombies to be reaped" 60 none_alive $tree
 	done
+}
+
+@test "a truncated shared memory pages image fails the restore instead of restoring zeroes" {
+	local d=$BATS_TEST_TMPDIR/ms img=$BATS_TEST_TMPDIR/img
+	mkdir -p "$d/out" "$img"
+	# A small heap, and 32 MiB each of memfd and shared anonymous memory:
+	# below the size at which CRIU fills shared memory in parallel, so its
+	# serial loop (criu-patches/0001) reads them.
+	setsid "$MEMSTATE" 8 "$d/out" 32 </dev/null >"$d/log" 2>&1 &
+	wait_for "memstate to fill its memory" 60 test -s "$d/out/ready"
+	cat "$d/out/ready" >"$BATS_TEST_TMPDIR/host-pgid"
+	local tree
+	tree=$(ps -o pid= -g "$(cat "$d/out/ready")")
+	run_cmd "$BIN/criu" dump -t "$(cat "$d/out/ready")" -D "$img" -o dump.log
+	wait_for "the dumped tree to exit" 30 none_alive $tree
+
+	# The shared mappings' pages are each a pages image of exactly 32 MiB.
+	local pages
+	pages=$(find "$img" -name 'pages-*.img' -size 32768k | head -1)
+	[ -n "$pages" ] || die "no 32 MiB pages image of shared memory in $img: $(ls -l "$img"/pages-*.img)"
+	truncate -s -1M "$pages"
+
+	run_cmd '?' timeout 120 "$BIN/criu" restore -d -D "$img" -o restore.log
+	[ "$status" -ne 0 ] || die "restore of a truncated shared memory image succeeded"
+	[ "$status" -ne 124 ] || die "restore of a truncated shared memory image hung (timeout)"
+	grep -q "Can't read [0-9]* pages at 0x[0-9a-f]* of shmem" "$img/restore.log" ||
+		die "restore.log does not say which shared memory could not be read: $(grep Error "$img/restore.log")"
+	wait_for "no process of the failed restore left running" 10 gone $tree
+	wait_for "the failed restore's zombies to be reaped" 60 none_alive $tree
 }
