@@ -41,7 +41,7 @@ teardown_file() {
 	start_engine img-eng "$port" -e ENGINE_STATE_MB=16
 	is "$(state_of "$port" state_mb)" "16" "ENGINE_STATE_MB reaches the engine"
 	is "$(state_of "$port" pid)" "1" "the engine is the container's PID 1"
-	is "$(state_of "$port" loaded_sha256)" "$(state_of "$port" weights_sha256)" "weights verified at start"
+	weights_intact "$port" img-eng
 
 	local prompt='{"text": "images test", "max_new_tokens": 6}' before
 	before=$(engine POST "$port" /generate "$prompt" | jq -r .text)
