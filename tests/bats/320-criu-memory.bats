@@ -80,16 +80,24 @@ threads() {
 	is "$(threads "$pid")" "$threads0" "thread counts of parent and child: the fill's helper threads are gone"
 }
 
-@test "a truncated pages image fails the restore, naming the image, with no process left" {
-	local d=$BATS_TEST_TMPDIR/ms img=$BATS_TEST_TMPDIR/img
+# dump_memstate IMG HEAP_MB [SHARED_MB]: memstate outside containerd, in a
+# process group of its own (recorded for teardown), dumped by criu into IMG;
+# returns once the dumped tree has exited, its host pids in tree.
+dump_memstate() {
+	local img=$1 d=$BATS_TEST_TMPDIR/ms
+	shift
 	mkdir -p "$d/out" "$img"
-	setsid "$MEMSTATE" 200 "$d/out" </dev/null >"$d/log" 2>&1 &
+	setsid "$MEMSTATE" "$1" "$d/out" "${@:2}" </dev/null >"$d/log" 2>&1 &
 	wait_for "memstate to fill its memory" 60 test -s "$d/out/ready"
 	cat "$d/out/ready" >"$BATS_TEST_TMPDIR/host-pgid"
-	local tree
 	tree=$(ps -o pid= -g "$(cat "$d/out/ready")")
 	run_cmd "$BIN/criu" dump -t "$(cat "$d/out/ready")" -D "$img" -o dump.log
 	wait_for "the dumped tree to exit" 30 none_alive $tree
+}
+
+@test "a truncated pages image fails the restore, naming the image, with no process left" {
+	local img=$BATS_TEST_TMPDIR/img tree
+	dump_memstate "$img" 200
 
 	# Cut the end off the largest pages image: the parent's heap.
 	local pages
@@ -114,18 +122,11 @@ threads() {
 }
 
 @test "a truncated shared memory pages image fails the restore instead of restoring zeroes" {
-	local d=$BATS_TEST_TMPDIR/ms img=$BATS_TEST_TMPDIR/img
-	mkdir -p "$d/out" "$img"
+	local img=$BATS_TEST_TMPDIR/img tree
 	# A small heap, and 32 MiB each of memfd and shared anonymous memory:
 	# below the size at which CRIU fills shared memory in parallel, so its
 	# serial loop (criu-patches/0001) reads them.
-	setsid "$MEMSTATE" 8 "$d/out" 32 </dev/null >"$d/log" 2>&1 &
-	wait_for "memstate to fill its memory" 60 test -s "$d/out/ready"
-	cat "$d/out/ready" >"$BATS_TEST_TMPDIR/host-pgid"
-	local tree
-	tree=$(ps -o pid= -g "$(cat "$d/out/ready")")
-	run_cmd "$BIN/criu" dump -t "$(cat "$d/out/ready")" -D "$img" -o dump.log
-	wait_for "the dumped tree to exit" 30 none_alive $tree
+	dump_memstate "$img" 8 32
 
 	# The shared mappings' pages are each a pages image of exactly 32 MiB.
 	local pages
