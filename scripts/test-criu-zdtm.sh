@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
 # test-criu-zdtm.sh SRCDIR: run CRIU's own memory tests (zdtm) against the
-# patched CRIU built in SRCDIR, twice: as the restore runs by default, and
+# patched CRIU built in SRCDIR, three times: as the restore runs by default,
 # with CRIU_FAULT=139, which sends every task and shared mapping, however
 # small, through the parallel fills of criu-patches/0003 and 0004 (zdtm's
-# images are far below their 64 MiB threshold otherwise).
+# images are far below their 64 MiB threshold otherwise). A third run,
+# with CRIU_FAULT=140, has the private fill's helpers wake the restorer
+# 100 ms before they exit, on tasks with several threads: criu reads their
+# thread set, and a helper still in /proc/PID/task fails the restore (BUG
+# in parse_threads) unless the restorer waits until it is gone.
 #
 # zdtm runs most tests as an unprivileged user, and criu then needs
 # CAP_SYS_RESOURCE to read their rlimits (prlimit of another user's
@@ -21,13 +25,19 @@ src=$(realpath -e "$1")
 all="maps00 maps01 maps02 maps04 maps05 maps06 maps10 cow00 cow01 shm shm-unaligned shm-mp
 memfd00 memfd01 memfd03 shmemfd shmemfd-priv mem-touch mprotect00 thp_disable"
 as_root="maps01 cow00 cow01 shmemfd shmemfd-priv"
+# Tasks with several threads, for the CRIU_FAULT=140 run (the fill runs
+# where criu creates the pid namespace: zdtm's ns flavour).
+threads_all="seccomp_filter_threads pthread00 pthread01"
+threads_as_root="seccomp_filter_threads"
 
 # CAP_SYS_RESOURCE is bit 24 of CapEff.
 capeff=$(awk '/^CapEff:/ {print $2}' /proc/self/status)
 if (((0x$capeff >> 24) & 1)); then
 	tests=$all
+	threads=$threads_all
 else
 	tests=$as_root
+	threads=$threads_as_root
 	note "zdtm: root lacks CAP_SYS_RESOURCE here; skipped (they run as another user):" \
 		"$(comm -23 <(tr ' ' '\n' <<<"$all" | sort) <(tr ' ' '\n' <<<"$as_root" | sort) | tr '\n' ' ')"
 fi
@@ -37,7 +47,7 @@ log=$src/test/zdtm-build.log
 {
 	make -C "$src" lib &&
 		make -C "$src/test/zdtm/lib" &&
-		make -C "$src/test/zdtm/static" $tests
+		make -C "$src/test/zdtm/static" $tests $threads
 } >"$log" 2>&1 || { tail -20 "$log" >&2; die "building zdtm failed; full log: $log"; }
 
 args=()
@@ -60,3 +70,14 @@ shared=$(grep -c 'Filling .* shared memory .* with [2-9][0-9]* processes' <<<"$l
 [ "$fills" -gt 0 ] || die "zdtm: no restore filled private memory with helper threads (no 'Filling ... threads' in restore.log)"
 [ "$shared" -gt 0 ] || die "zdtm: no restore filled shared memory with helper processes (no 'Filling ... processes' in restore.log)"
 note "zdtm: helpers filled private memory in $fills restored tasks and shared memory in $shared mappings"
+
+note "zdtm: $threads with CRIU_FAULT=140 (helpers wake the restorer 100 ms before they exit)"
+rm -rf "$src/test/dump"
+args=(--keep-img always)
+for t in $threads; do args+=(-t "zdtm/static/$t"); done
+(cd "$src/test" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin CRIU_FAULT=140 /usr/bin/python3 zdtm.py run "${args[@]}" \
+	-f ns --keep-going)
+logs=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log 2>/dev/null)
+late=$(grep -c 'Filling .* private memory .* with [2-9][0-9]* threads' <<<"$logs" || true)
+[ "$late" -gt 0 ] || die "zdtm: CRIU_FAULT=140 started no helper threads (no 'Filling ... threads' in restore.log)"
+note "zdtm: $late restored tasks outwaited helpers that left late"

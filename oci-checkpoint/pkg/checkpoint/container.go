@@ -74,22 +74,15 @@ func NetnsHTTP(pid uint32) *http.Client {
 	return &http.Client{Transport: &http.Transport{DialContext: dial, DisableKeepAlives: true, Proxy: nil}}
 }
 
-// execIn runs args in the task's container as root, waits for it and
-// returns its combined output.
-func execIn(ctx context.Context, task client.Task, spec *specs.Spec, id string, args []string, timeout time.Duration, caps ...string) (string, error) {
+// execIn runs args in the task's container as its own process runs (the
+// spec's user, capabilities and seccomp profile), waits for it and returns
+// its combined output. Nothing run this way gets more than the container
+// has: it may be in the dump, and the restore refuses a process with more
+// than the new container's spec grants (runc-patches/0004).
+func execIn(ctx context.Context, task client.Task, spec *specs.Spec, id string, args []string, timeout time.Duration) (string, error) {
 	p := *spec.Process
 	p.Args = args
 	p.Terminal = false
-	p.User = specs.User{UID: 0, GID: 0}
-	if len(caps) > 0 {
-		c := specs.LinuxCapabilities{}
-		if p.Capabilities != nil {
-			c = *p.Capabilities
-		}
-		add := func(set []string) []string { return append(append([]string(nil), set...), caps...) }
-		c.Bounding, c.Effective, c.Permitted = add(c.Bounding), add(c.Effective), add(c.Permitted)
-		p.Capabilities = &c
-	}
 	var out bytes.Buffer
 	proc, err := task.Exec(ctx, id, &p, cio.NewCreator(cio.WithStreams(nil, &out, &out)))
 	if err != nil {

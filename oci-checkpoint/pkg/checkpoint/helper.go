@@ -34,12 +34,19 @@ func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec
 	if err := root.WriteFile(wake.HelperPath, bin, 0o755); err != nil {
 		return err
 	}
+	// The helper runs as the container's user and writes its pid and
+	// status beside itself.
+	if u := spec.Process.User; u.UID != 0 {
+		if err := root.ChownDir(wake.Dir, int(u.UID), int(u.GID)); err != nil {
+			return err
+		}
+	}
 	args := []string{wake.HelperPath, "start", "--engine", o.Engine.Name, "--port", strconv.Itoa(o.Engine.Port),
 		"--deadline", o.WakeDeadline.String()}
 	for _, c := range o.Engine.Resume {
 		args = append(args, "--resume", c.String())
 	}
-	if _, err := execIn(ctx, task, spec, "rekindle-wake-"+randomID(), args, 10*time.Second, "CAP_NET_ADMIN"); err != nil {
+	if _, err := execIn(ctx, task, spec, "rekindle-wake-"+randomID(), args, 10*time.Second); err != nil {
 		return fmt.Errorf("start the wake helper: %w", err)
 	}
 	return nil

@@ -67,6 +67,20 @@ func (r *Root) MkdirAll(dir string, mode os.FileMode) error {
 	return nil
 }
 
+// ChownDir gives directory dir to uid and gid; a symlink there is refused,
+// not followed.
+func (r *Root) ChownDir(dir string, uid, gid int) error {
+	f, err := r.open(dir, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Fchownat(int(f.Fd()), "", uid, gid, unix.AT_EMPTY_PATH); err != nil {
+		return &os.PathError{Op: "chown", Path: f.Name(), Err: err}
+	}
+	return nil
+}
+
 // WriteFile writes name atomically: a temporary file beside it, renamed.
 func (r *Root) WriteFile(name string, data []byte, mode os.FileMode) error {
 	name = filepath.Clean("/" + name)
