@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto"
 	"errors"
 	"log"
 	"net/http"
@@ -27,6 +28,8 @@ var serveCmd = &cli.Command{
 		&cli.IntFlag{Name: "readers", Value: 8, Usage: "parallel reads per load"},
 		&cli.StringFlag{Name: "chunk", Value: "8M", Usage: "size of each direct read"},
 		&cli.BoolFlag{Name: "preload", Usage: "load every known set that is not loaded at start"},
+		&cli.StringFlag{Name: "sa-keys", Usage: "PEM file of the Kubernetes API server's service account signing public keys " +
+			"(its --service-account-key-file, e.g. /etc/kubernetes/pki/sa.pub): lets allow entries name service accounts (k8s:NAMESPACE/SERVICEACCOUNT)"},
 	},
 	Action: serve,
 }
@@ -52,13 +55,19 @@ func serve(cc *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	var saKeys []crypto.PublicKey
+	if f := cc.String("sa-keys"); f != "" {
+		if saKeys, err = weights.ReadSAKeys(f); err != nil {
+			return err
+		}
+	}
 	root := cc.String("root")
 	if err := weights.PrepareMount(filepath.Join(root, "sets"), quota, logger.Printf); err != nil {
 		return err
 	}
 	svc, err := weights.Open(weights.Config{
 		Root: root, StatePath: cc.String("state"), CDIDir: cc.String("cdi-dir"),
-		Hook:  []string{exe, "--socket", sock},
+		Hook: []string{exe, "--socket", sock}, SAKeys: saKeys,
 		Quota: quota, Readers: cc.Int("readers"), ChunkSize: chunk, Log: logger,
 	})
 	if err != nil {
@@ -88,7 +97,7 @@ func serve(cc *cli.Context) error {
 			}
 		}
 	}
-	logger.Printf("serving on %s (root %s, quota %s)", sock, root, quotaText(quota))
+	logger.Printf("serving on %s (root %s, quota %s, %d service account key(s))", sock, root, quotaText(quota), len(saKeys))
 	err = srv.Serve(l)
 	os.Remove(sock)
 	if errors.Is(err, http.ErrServerClosed) {

@@ -17,7 +17,10 @@ var loadCmd = &cli.Command{
 	Usage:     "load a weight set from safetensors files (or directories of them) and wait until it is loaded",
 	ArgsUsage: "NAME FILE|DIR...",
 	Flags: []cli.Flag{
-		&cli.StringSliceFlag{Name: "allow", Usage: "container name or id glob that may map the set (repeatable; none: any)"},
+		&cli.StringSliceFlag{Name: "allow", Usage: "containers that may map the set, by what the runtime vouches for (repeatable; " +
+			"replaces the set's list; a new set without it allows none): k8s:NAMESPACE (a pod's CRI containers), " +
+			"k8s:NAMESPACE/SERVICEACCOUNT (needs serve --sa-keys), containerd:NAMESPACE[/NAME] (nerdctl or ctr, not CRI), " +
+			"or * (any container); each part a glob"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no progress"},
 	},
 	Action: func(cc *cli.Context) error {
@@ -45,6 +48,12 @@ var loadCmd = &cli.Command{
 		m := st.Manifest
 		fmt.Printf("%s loaded: %s in %d file(s) at %s (read in %.2fs, %.2f GB/s)\n",
 			st.Name, weights.HumanSize(st.Bytes), len(m.Files), st.Dir, m.LoadSeconds, m.GBps)
+		switch {
+		case !st.AllowKnown:
+			fmt.Fprintf(os.Stderr, "note: %s's allow list is not known: every container is refused until you load it again with --allow\n", st.Name)
+		case len(st.Allow) == 0:
+			fmt.Fprintf(os.Stderr, "note: %s allows no container: give it --allow entries to map it through its CDI device\n", st.Name)
+		}
 		return nil
 	},
 }
@@ -92,9 +101,16 @@ var statusCmd = &cli.Command{
 		if cc.Bool("json") {
 			return printJSON(s)
 		}
+		allow := strings.Join(s.Allow, " ")
+		switch {
+		case !s.AllowKnown:
+			allow = "not known: every container is refused until the set is loaded again with --allow"
+		case len(s.Allow) == 0:
+			allow = "no container (load it again with --allow)"
+		}
 		fmt.Printf("name:      %s\nstate:     %s\ndir:       %s\nbytes:     %d (%s)\nprogress:  %d\nloads:     %d\nmapped by: %s\nallow:     %s\nsources:   %s\n",
 			s.Name, s.State, s.Dir, s.Bytes, weights.HumanSize(s.Bytes), s.Progress, s.Loads, pids(s.MappedBy),
-			strings.Join(s.Allow, " "), strings.Join(s.Sources, " "))
+			allow, strings.Join(s.Sources, " "))
 		if m := s.Manifest; m != nil {
 			fmt.Printf("loaded at: %s in %.2fs (%.2f GB/s)\n", m.LoadedAt, m.LoadSeconds, m.GBps)
 		}

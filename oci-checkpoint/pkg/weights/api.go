@@ -51,11 +51,11 @@ func (s *Service) Handler() http.Handler {
 		reply(w, struct{}{}, s.Forget(req.Name, req.Force))
 	})
 	mux.HandleFunc("POST /v1/ensure", func(w http.ResponseWriter, r *http.Request) {
-		var req ensureRequest
+		var req EnsureRequest
 		if !decode(w, r, &req) {
 			return
 		}
-		res, err := s.Ensure(req.Name, req.ContainerID, req.ContainerName)
+		res, err := s.Ensure(req)
 		reply(w, res, err)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -77,10 +77,12 @@ type nameRequest struct {
 	Force bool   `json:"force,omitempty"`
 }
 
-type ensureRequest struct {
-	Name          string `json:"name"`
-	ContainerID   string `json:"container_id"`
-	ContainerName string `json:"container_name,omitempty"`
+// EnsureRequest is the hook's: Container may map set Name, and the set
+// is loaded (CheckOnly: only the check, and the set's state).
+type EnsureRequest struct {
+	Name      string    `json:"name"`
+	Container Container `json:"container"`
+	CheckOnly bool      `json:"check_only,omitempty"`
 }
 
 type errorReply struct {

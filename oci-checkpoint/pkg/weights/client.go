@@ -40,8 +40,9 @@ func (c *Client) Forget(ctx context.Context, name string, force bool) error {
 }
 
 // Ensure makes sure a container may map a set and that it is loaded.
-func (c *Client) Ensure(ctx context.Context, name, id, container string) (EnsureResult, error) {
+// With CheckOnly it only checks, and answers the set's state.
+func (c *Client) Ensure(ctx context.Context, req EnsureRequest) (EnsureResult, error) {
 	var res EnsureResult
-	err := c.Do(ctx, "/v1/ensure", ensureRequest{Name: name, ContainerID: id, ContainerName: container}, &res)
+	err := c.Do(ctx, "/v1/ensure", req, &res)
 	return res, err
 }

@@ -10,29 +10,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-func TestHookContainer(t *testing.T) {
-	for _, tc := range []struct {
-		name, state, id, cname, err string
-	}{
-		{"nerdctl", `{"ociVersion":"1.2.0","id":"abc","status":"creating","bundle":"/b","annotations":{"nerdctl/name":"eng-1"}}`, "abc", "eng-1", ""},
-		{"CRI", `{"id":"abc","annotations":{"io.kubernetes.cri.container-name":"engine"}}`, "abc", "engine", ""},
-		{"no name", `{"id":"abc"}`, "abc", "", ""},
-		{"no id", `{"annotations":{}}`, "", "", "names no container id"},
-		{"not JSON", `hello`, "", "", "run by runc as a createRuntime hook"},
-	} {
-		st, cname, err := HookContainer(strings.NewReader(tc.state))
-		if tc.err != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Errorf("%s: got %v, want %q", tc.name, err, tc.err)
-			}
-			continue
-		}
-		if err != nil || st.ID != tc.id || cname != tc.cname {
-			t.Errorf("%s: got %q %q %v, want %q %q", tc.name, st.ID, cname, err, tc.id, tc.cname)
-		}
-	}
-}
-
 func TestShimLog(t *testing.T) {
 	bundle := t.TempDir()
 	fifo := filepath.Join(bundle, "log")

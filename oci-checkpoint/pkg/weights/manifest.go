@@ -31,6 +31,13 @@ type Manifest struct {
 	Sources     []string `json:"sources"`
 	LoadSeconds float64  `json:"load_seconds"`
 	GBps        float64  `json:"gbps"`
+	// Allow is the set's allow list (see allow.go), kept here so that a
+	// set adopted without its state file still has it; null in a
+	// manifest written before, whose set refuses every container until
+	// it is given one.
+	Allow []string `json:"allow"`
+	// allowKnown: Allow was present and every entry parses.
+	allowKnown bool
 }
 
 // readManifest returns the manifest of the set in dir when it is present
@@ -46,6 +53,14 @@ func readManifest(dir string) (*Manifest, error) {
 	if err := json.Unmarshal(b, &m); err != nil {
 		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, ManifestName), err)
 	}
+	var probe struct {
+		Allow *[]string `json:"allow"`
+	}
+	json.Unmarshal(b, &probe)
+	m.allowKnown = probe.Allow != nil && checkAllow(*probe.Allow, true) == nil
+	if !m.allowKnown {
+		m.Allow = nil
+	}
 	for _, f := range m.Files {
 		st, err := os.Stat(filepath.Join(dir, f.Name))
 		if err != nil {
@@ -56,6 +71,22 @@ func readManifest(dir string) (*Manifest, error) {
 		}
 	}
 	return &m, nil
+}
+
+// writeManifest writes m into dir, last and by rename; its allow list
+// is null when not known, [] when it allows no container.
+func writeManifest(dir string, m *Manifest) error {
+	if m.allowKnown && m.Allow == nil {
+		m.Allow = []string{}
+	}
+	if !m.allowKnown {
+		m.Allow = nil
+	}
+	data, err := jsonIndent(m)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(filepath.Join(dir, ManifestName), data, 0o444)
 }
 
 // writeFileAtomic writes data to path through a temporary file in the

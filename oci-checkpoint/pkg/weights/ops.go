@@ -2,30 +2,34 @@ package weights
 
 import (
 	"os"
-	"path"
 	"path/filepath"
 	"sort"
+	"strings"
+	"time"
 )
 
 // Status is one set as list and status show it.
 type Status struct {
-	Name     string    `json:"name"`
-	State    string    `json:"state"`
-	Dir      string    `json:"dir"`
-	Sources  []string  `json:"sources"`
-	Allow    []string  `json:"allow"`
-	Bytes    int64     `json:"bytes"`
-	Progress int64     `json:"progress"`
-	Loads    int       `json:"loads"`
-	MappedBy []int     `json:"mapped_by"`
-	Manifest *Manifest `json:"manifest,omitempty"`
-	Error    string    `json:"last_error,omitempty"`
+	Name    string   `json:"name"`
+	State   string   `json:"state"`
+	Dir     string   `json:"dir"`
+	Sources []string `json:"sources"`
+	Allow   []string `json:"allow"`
+	// AllowKnown is false for a set whose allow list was lost (see
+	// Service.Ensure): it refuses every container.
+	AllowKnown bool      `json:"allow_known"`
+	Bytes      int64     `json:"bytes"`
+	Progress   int64     `json:"progress"`
+	Loads      int       `json:"loads"`
+	MappedBy   []int     `json:"mapped_by"`
+	Manifest   *Manifest `json:"manifest,omitempty"`
+	Error      string    `json:"last_error,omitempty"`
 }
 
 func (s *Service) status(st *set) Status {
 	s.mu.Lock()
 	out := Status{Name: st.name, State: st.state, Dir: s.dir(st.name), Sources: st.sources, Allow: st.allow,
-		Bytes: st.bytes, Progress: st.progress.Load(), Loads: st.loads, Manifest: st.manifest}
+		AllowKnown: st.allowKnown, Bytes: st.bytes, Progress: st.progress.Load(), Loads: st.loads, Manifest: st.manifest}
 	if st.err != nil {
 		out.Error = st.err.Error()
 	}
@@ -151,52 +155,82 @@ func (s *Service) Forget(name string, force bool) error {
 type EnsureResult struct {
 	LoadedNow bool     `json:"loaded_now"`
 	Sources   []string `json:"sources"`
-	Status    Status   `json:"status"`
+	// Container is the container as the service knows it, for messages.
+	Container string `json:"container"`
+	Status    Status `json:"status"`
 }
 
-// Ensure is the container hook's request: container (name or id) may map
-// set, and the set is loaded when Ensure returns.
-func (s *Service) Ensure(name, id, container string) (EnsureResult, error) {
+// identify adds to what the hook read the service's verdict on the pod's
+// service account token.
+func (s *Service) identify(c Container) identity {
+	id := identity{Container: c}
+	if !c.CRI {
+		return id
+	}
+	sa, err := verifyToken(c, s.cfg.SAKeys, time.Now())
+	if err != nil {
+		id.saWhy = err.Error()
+	}
+	id.serviceAccount = sa
+	return id
+}
+
+// Ensure is the container hook's request: the container may map the set,
+// and the set is loaded when Ensure returns (with CheckOnly, Ensure only
+// checks, and answers the set's state).
+func (s *Service) Ensure(req EnsureRequest) (EnsureResult, error) {
+	name := req.Name
+	if req.Container.ID == "" {
+		return EnsureResult{}, errf(400, "the request for weight set %s names no container", name)
+	}
+	id := s.identify(req.Container)
 	st, err := s.get(name)
 	if err != nil {
 		return EnsureResult{}, errf(404, "container %s asks for weight set %s, which is not known on this host: "+
-			"load it first with 'rekindle-weights load %s FILE|DIR...'", describe(id, container), name, name)
+			"load it first with 'rekindle-weights load --allow %s %s FILE|DIR...'", id, name, id.suggest(), name)
 	}
 	s.mu.Lock()
-	allow, state, srcs := st.allow, st.state, st.sources
+	allow, known, state, srcs := st.allow, st.allowKnown, st.state, st.sources
 	s.mu.Unlock()
-	if !allowed(allow, id, container) {
-		return EnsureResult{}, errf(403, "container %s may not map weight set %s (allowed: %v): "+
-			"run it under a name the set allows, or load the set again with an --allow that matches it", describe(id, container), name, allow)
+	switch {
+	case !known:
+		return EnsureResult{}, errf(403, "container %s may not map weight set %s: the set's allow list is not known "+
+			"(the set was adopted from a manifest that keeps none, and the state file holds none in the current form): "+
+			"give it one with 'rekindle-weights load --allow ENTRY... %s', e.g. --allow %s (entries: %s)",
+			id, name, name, id.suggest(), allowForms)
+	case len(allow) == 0:
+		return EnsureResult{}, errf(403, "container %s may not map weight set %s: the set allows no container "+
+			"(it was loaded without --allow): allow this one with 'rekindle-weights load --allow %s %s'",
+			id, name, id.suggest(), name)
+	case !allows(allow, id):
+		return EnsureResult{}, errf(403, "container %s may not map weight set %s (allowed: %s): run it where the set allows, "+
+			"or allow it with '%s' (--allow replaces the list)", id, name, strings.Join(allow, " "), allowCommand(name, allow, id.suggest()))
 	}
-	res := EnsureResult{Sources: srcs}
+	res := EnsureResult{Sources: srcs, Container: id.String()}
+	if req.CheckOnly {
+		res.Status = s.status(st)
+		return res, nil
+	}
 	if state != StateLoaded {
 		res.LoadedNow = true
-		s.cfg.Log.Printf("set %s: container %s needs it and it is not loaded: loading it from %v", name, describe(id, container), srcs)
+		s.cfg.Log.Printf("set %s: container %s needs it and it is not loaded: loading it from %v", name, id, srcs)
 	}
 	res.Status, err = s.Load(LoadRequest{Name: name})
 	return res, err
 }
 
-func describe(id, name string) string {
-	if name == "" {
-		return id
+// allowCommand is the load command that adds entry to a set's list.
+func allowCommand(name string, allow []string, entry string) string {
+	cmd := "rekindle-weights load"
+	for _, a := range append(append([]string{}, allow...), entry) {
+		cmd += " --allow " + shellQuote(a)
 	}
-	return name + " (" + id + ")"
+	return cmd + " " + name
 }
 
-// allowed matches the container's name and id against the set's globs;
-// an empty list allows any container.
-func allowed(globs []string, id, name string) bool {
-	if len(globs) == 0 {
-		return true
+func shellQuote(s string) string {
+	if strings.ContainsAny(s, "*?[]\\ '\"$`") {
+		return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 	}
-	for _, g := range globs {
-		for _, v := range []string{name, id} {
-			if ok, _ := path.Match(g, v); ok && v != "" {
-				return true
-			}
-		}
-	}
-	return false
+	return s
 }

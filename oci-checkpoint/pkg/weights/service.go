@@ -5,6 +5,7 @@
 package weights
 
 import (
+	"crypto"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,9 @@ type Config struct {
 	StatePath string // known sets, kept across reboots
 	CDIDir    string // where the CDI spec goes ("" writes none)
 	Hook      []string
+	// SAKeys verify the service account tokens of CRI containers
+	// (satoken.go); none: allow entries may not name service accounts.
+	SAKeys    []crypto.PublicKey
 	Quota     int64 // bytes; 0 = no limit
 	Readers   int
 	ChunkSize int64
@@ -51,16 +55,20 @@ func errf(code int, format string, a ...any) error {
 }
 
 type set struct {
-	name     string
-	sources  []string
-	allow    []string
-	state    string
-	bytes    int64 // of the sources being loaded, or of the loaded files
-	progress atomic.Int64
-	loads    int
-	manifest *Manifest
-	done     chan struct{} // closed when the running load ends
-	err      error         // of the last load
+	name    string
+	sources []string
+	allow   []string
+	// allowKnown: allow is the set's list. A set adopted from a manifest
+	// that keeps none, with no state file entry that does, refuses every
+	// container until it is loaded again with --allow.
+	allowKnown bool
+	state      string
+	bytes      int64 // of the sources being loaded, or of the loaded files
+	progress   atomic.Int64
+	loads      int
+	manifest   *Manifest
+	done       chan struct{} // closed when the running load ends
+	err        error         // of the last load
 }
 
 // Service holds the known sets.
@@ -103,9 +111,17 @@ func Open(cfg Config) (*Service, error) {
 		return nil, err
 	}
 	for _, k := range known {
-		s.sets[k.Name] = &set{name: k.Name, sources: k.Sources, allow: k.Allow, state: StateKnown}
+		st := &set{name: k.Name, sources: k.Sources, state: StateKnown}
+		if k.Allow != nil && checkAllow(*k.Allow, true) == nil {
+			st.allow, st.allowKnown = *k.Allow, true
+		} else if k.Allow != nil {
+			cfg.Log.Printf("set %s: the state file's allow list %q is of an older form (entries now name what the runtime vouches for: %s); "+
+				"containers are refused until it is loaded again with --allow", k.Name, *k.Allow, allowForms)
+		}
+		s.sets[k.Name] = st
 	}
-	// Sets loaded by an earlier run whose state file was lost still count.
+	// Sets loaded by an earlier run whose state file was lost still count,
+	// with the allow list their manifest keeps.
 	ents, _ := os.ReadDir(s.setsDir())
 	for _, e := range ents {
 		if e.IsDir() && s.sets[e.Name()] == nil && checkName(e.Name()) == nil {
@@ -132,12 +148,46 @@ func Open(cfg Config) (*Service, error) {
 			continue
 		}
 		st.state, st.manifest, st.bytes = StateLoaded, m, m.Bytes
-		cfg.Log.Printf("set %s: adopted, loaded at %s (%s in %d files)", st.name, m.LoadedAt, HumanSize(m.Bytes), len(m.Files))
+		switch {
+		case m.allowKnown:
+			// The manifest is written before the state file: it is the
+			// newer of the two.
+			st.allow, st.allowKnown = m.Allow, true
+		case st.allowKnown:
+			// A manifest from before allow lists were kept there: keep it
+			// there now, so a lost state file no longer loses it.
+			if err := s.writeManifestLocked(st); err != nil {
+				cfg.Log.Printf("set %s: keep the allow list in its manifest: %v", st.name, err)
+			}
+		}
+		allow := fmt.Sprintf("allow %q", st.allow)
+		if !st.allowKnown {
+			allow = "allow list not known: every container is refused until it is loaded again with --allow"
+		}
+		cfg.Log.Printf("set %s: adopted, loaded at %s (%s in %d files; %s)", st.name, m.LoadedAt, HumanSize(m.Bytes), len(m.Files), allow)
 	}
 	if err := s.saveLocked(); err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// writeManifestLocked rewrites a loaded set's manifest with its allow
+// list; a set that is not loaded has none (its list is in the state file).
+func (s *Service) writeManifestLocked(st *set) error {
+	if st.state != StateLoaded || st.manifest == nil {
+		return nil
+	}
+	m := *st.manifest
+	m.Allow, m.allowKnown = nil, st.allowKnown
+	if st.allowKnown {
+		m.Allow = append([]string{}, st.allow...)
+	}
+	if err := writeManifest(s.dir(st.name), &m); err != nil {
+		return fmt.Errorf("weight set %s: write its manifest: %w", st.name, err)
+	}
+	st.manifest = &m
+	return nil
 }
 
 func (s *Service) setsDir() string        { return filepath.Join(s.cfg.Root, "sets") }
@@ -153,7 +203,12 @@ func (s *Service) saveLocked() error {
 	var known []knownSet
 	for _, n := range names {
 		st := s.sets[n]
-		known = append(known, knownSet{Name: n, Sources: st.sources, Allow: st.allow})
+		k := knownSet{Name: n, Sources: st.sources}
+		if st.allowKnown {
+			allow := append([]string{}, st.allow...)
+			k.Allow = &allow
+		}
+		known = append(known, k)
 	}
 	if err := writeState(s.cfg.StatePath, known); err != nil {
 		return err
@@ -179,6 +234,11 @@ func (s *Service) Load(req LoadRequest) (Status, error) {
 	if err := checkName(req.Name); err != nil {
 		return Status{}, err
 	}
+	if req.SetAllow {
+		if err := checkAllow(req.Allow, len(s.cfg.SAKeys) > 0); err != nil {
+			return Status{}, err
+		}
+	}
 	srcs, err := expandPaths(req.Paths)
 	if err != nil {
 		return Status{}, err
@@ -196,12 +256,18 @@ func (s *Service) Load(req LoadRequest) (Status, error) {
 		s.mu.Unlock()
 		return Status{}, errf(409, "weight set %s is %s from other files (%v): evict it first (rekindle-weights evict %s)", req.Name, st.state, st.sources, req.Name)
 	}
-	if st != nil && req.SetAllow && !slices.Equal(st.allow, req.Allow) {
-		st.allow = req.Allow
-		if err := s.saveLocked(); err != nil {
+	if st != nil && req.SetAllow && (!st.allowKnown || !slices.Equal(st.allow, req.Allow)) {
+		st.allow, st.allowKnown = append([]string{}, req.Allow...), true
+		// The manifest first: Open takes its list over the state file's.
+		err := s.writeManifestLocked(st)
+		if err == nil {
+			err = s.saveLocked()
+		}
+		if err != nil {
 			s.mu.Unlock()
 			return Status{}, err
 		}
+		s.cfg.Log.Printf("set %s: allow %q", st.name, st.allow)
 	}
 	if st != nil && st.state == StateLoading {
 		done := st.done
@@ -225,7 +291,9 @@ func (s *Service) Load(req LoadRequest) (Status, error) {
 	}
 	isNew := st == nil
 	if isNew {
-		st = &set{name: req.Name, allow: req.Allow}
+		// A new set's list is known even when empty (no --allow): it
+		// allows no container until it is given entries.
+		st = &set{name: req.Name, allow: append([]string{}, req.Allow...), allowKnown: true}
 		s.sets[req.Name] = st
 	}
 	st.sources, st.state, st.bytes, st.done = srcs, StateLoading, need, make(chan struct{})
@@ -368,10 +436,14 @@ func (s *Service) read(st *set, jobs []copyJob) (*Manifest, error) {
 		}
 		m.Files = append(m.Files, File{Name: base, Size: j.size})
 	}
-	data, err := jsonIndent(m)
-	if err == nil {
-		err = writeFileAtomic(filepath.Join(dir, ManifestName), data, 0o444)
+	// Under the lock: a load --allow while this one runs changes the
+	// list, and the manifest must keep the latest.
+	s.mu.Lock()
+	if m.allowKnown = st.allowKnown; m.allowKnown {
+		m.Allow = append([]string{}, st.allow...)
 	}
+	err := writeManifest(dir, m)
+	s.mu.Unlock()
 	if err != nil {
 		return fail(err)
 	}

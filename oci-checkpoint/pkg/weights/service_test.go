@@ -89,7 +89,7 @@ func TestOpenAdoptsLoadedSets(t *testing.T) {
 	root := t.TempDir()
 	s := testService(t, root, 0)
 	for _, n := range []string{"kept", "half"} {
-		if _, err := s.Load(LoadRequest{Name: n, Paths: []string{src}, Allow: []string{"eng-*"}}); err != nil {
+		if _, err := s.Load(LoadRequest{Name: n, Paths: []string{src}, Allow: []string{"containerd:default/eng-*"}, SetAllow: true}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -106,18 +106,21 @@ func TestOpenAdoptsLoadedSets(t *testing.T) {
 		name, state string
 		files       int
 		allow       string
+		allowKnown  bool
 	}{
-		{"kept", StateLoaded, 3, "eng-*"},
-		{"half", StateKnown, 0, "eng-*"},
-		{"orphan", StateLoaded, 1, ""},
+		{"kept", StateLoaded, 3, "containerd:default/eng-*", true},
+		{"half", StateKnown, 0, "containerd:default/eng-*", true},
+		// Its manifest keeps no allow list: not known, so it refuses all.
+		{"orphan", StateLoaded, 1, "", false},
 	} {
 		st, err := s2.Status(tc.name)
 		if err != nil {
 			t.Fatalf("%s: %v", tc.name, err)
 		}
 		ents, _ := os.ReadDir(st.Dir)
-		if st.State != tc.state || st.Loads != 0 || len(ents) != tc.files || strings.Join(st.Allow, ",") != tc.allow {
-			t.Errorf("%s: state %s loads %d files %d allow %v; want %s 0 %d %s", tc.name, st.State, st.Loads, len(ents), st.Allow, tc.state, tc.files, tc.allow)
+		if st.State != tc.state || st.Loads != 0 || len(ents) != tc.files || strings.Join(st.Allow, ",") != tc.allow || st.AllowKnown != tc.allowKnown {
+			t.Errorf("%s: state %s loads %d files %d allow %v (known %v); want %s 0 %d %s (%v)", tc.name, st.State, st.Loads, len(ents), st.Allow, st.AllowKnown,
+				tc.state, tc.files, tc.allow, tc.allowKnown)
 		}
 	}
 }
@@ -221,24 +224,5 @@ func TestEvictRefusedWhileMapped(t *testing.T) {
 	ents, _ := os.ReadDir(st.Dir)
 	if st, _ := s.Status("m"); st.State != StateKnown || len(ents) != 0 {
 		t.Fatalf("after evict: state %s, %d files", st.State, len(ents))
-	}
-}
-
-func TestAllowed(t *testing.T) {
-	for _, tc := range []struct {
-		globs    []string
-		id, name string
-		want     bool
-	}{
-		{nil, "abc", "x", true},
-		{[]string{"eng-*"}, "abc", "eng-1", true},
-		{[]string{"eng-*"}, "abc", "other", false},
-		{[]string{"abc*"}, "abcdef", "", true},
-		{[]string{"eng-*"}, "abc", "", false},
-		{[]string{"*"}, "abc", "", true},
-	} {
-		if got := allowed(tc.globs, tc.id, tc.name); got != tc.want {
-			t.Errorf("allowed(%v, %q, %q) = %v", tc.globs, tc.id, tc.name, got)
-		}
 	}
 }

@@ -12,7 +12,9 @@ import (
 type knownSet struct {
 	Name    string   `json:"name"`
 	Sources []string `json:"sources"`
-	Allow   []string `json:"allow,omitempty"`
+	// Allow is nil when not known: a state file from before allow lists
+	// named what the runtime vouches for, whose entries are not taken.
+	Allow *[]string `json:"allow"`
 }
 
 type stateFile struct {
