@@ -2,8 +2,16 @@
 # containerd-config.sh DIR BINDIR: print a containerd config that keeps all
 # of containerd's root, state, sockets and network namespaces under DIR, so
 # a test run can be torn down completely and runs never collide.
+#
+# CONTAINERD_RESTORE_IMAGES is the TOML list of image name patterns whose
+# checkpoint images this containerd restores (containerd-patches/0023); by
+# default the names the tests and the demo use: images made on this host
+# (rekindle.local/...) and the tests' registries on loopback. Set it empty
+# to leave the option out, as a host without a policy has it: no checkpoint
+# image restores then.
 set -euo pipefail
 dir=$1 bin=$2
+restore_images=${CONTAINERD_RESTORE_IMAGES-'["rekindle.local", "127.0.0.1:*"]'}
 cat <<TOML
 version = 4
 root = "$dir/root"
@@ -27,11 +35,15 @@ imports = []
 [plugins.'io.containerd.server.v1.ttrpc']
   address = "$dir/containerd.sock.ttrpc"
 
+[plugins.'io.containerd.service.v1.tasks-service']
+$([ -n "$restore_images" ] && echo "  checkpoint_restore_images = $restore_images")
+
 [plugins.'io.containerd.cri.v1.runtime']
   enable_cdi = true
   cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   netns_mounts_under_state_dir = true
-  # CRI CreateContainer restores checkpoint images (crictl, kubelet).
+  # CRI CreateContainer restores checkpoint images (crictl, kubelet), those
+  # that checkpoint_restore_images allows.
   enable_experimental_restore_via_create = true
   # Pod sandboxes ask for oom_score_adj -998; where containerd may not lower
   # it (no CAP_SYS_RESOURCE, as on the dev VM) they get containerd's own.
