@@ -2,8 +2,8 @@
 # The patched CRIU (criu-patches/) restores process memory exactly: every
 # page of a process with a 1 GB heap, sparse pages, many VMAs, 80 MiB each of
 # memfd and shared anonymous memory and COW pages after fork, through
-# containerd; and a
-# damaged pages image fails the restore cleanly instead of hanging.
+# containerd, with helpers filling it in parallel (restore.log says how
+# many); and a damaged pages image fails the restore cleanly instead of hanging.
 #
 # tests/criu/memstate builds the process and reports a digest per region;
 # make test-criu runs CRIU's own zdtm memory tests.
@@ -11,8 +11,10 @@
 load helpers
 
 setup_file() {
+	# A stock CRIU fails here rather than skipping: these tests are what
+	# tells it from the patched one.
 	"$BIN/criu" --help | grep -q -- --restore-threads ||
-		skip "$BIN/criu is not built with criu-patches/ (run 'make build')"
+		die "$BIN/criu is not built with criu-patches/ (run 'make build')"
 	stack_up
 	load_image base
 	export MEMSTATE=$BATS_FILE_TMPDIR/memstate
@@ -78,6 +80,19 @@ threads() {
 	is "$after" "$before" "every region's digest, resident pages and COW-shared pages after the restore"
 	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' ms)
 	is "$(threads "$pid")" "$threads0" "thread counts of parent and child: the fill's helper threads are gone"
+
+	# The pages came through the parallel fills (criu-patches/0003, 0004),
+	# not the serial loop: CRIU's restore.log, in the task's work directory
+	# while the task runs, says how many threads and processes filled them.
+	# A stock CRIU, or one whose helpers never start, logs neither line.
+	local id log
+	id=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.ID}}' ms)
+	log=$(find "$RK_DIR" -path "*/$id/*" -name restore.log | head -1)
+	[ -n "$log" ] || die "no restore.log of container $id under $RK_DIR"
+	grep -Eq 'Filling [0-9]+ MiB of private memory in [0-9]+ chunks with ([2-9]|[1-9][0-9]+) threads' "$log" ||
+		die "no task's private memory was filled by helper threads: $(grep -h Filling "$log" || echo "no 'Filling' in $log")"
+	grep -Eq 'Filling [0-9]+ MiB of shared memory in [0-9]+ chunks with ([2-9]|[1-9][0-9]+) processes' "$log" ||
+		die "no shared mapping was filled by helper processes: $(grep -h Filling "$log" || echo "no 'Filling' in $log")"
 }
 
 # dump_memstate IMG HEAP_MB [SHARED_MB]: memstate outside containerd, in a
