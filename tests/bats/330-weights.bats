@@ -3,8 +3,11 @@
 # containers through CDI, kept out of checkpoints (the mapping is an
 # external bind mount), loaded on demand by the CDI hook when a restore
 # finds them missing; bad input fails clearly and leaves nothing behind.
+# A set's allow list names what the runtime vouches for (containerd
+# namespace, CRI pod namespace, verified service account), not names.
 
 load helpers
+load cri
 
 QUOTA=400M
 
@@ -14,20 +17,28 @@ setup_file() {
 	stack_up
 	load_image base
 	export CONTAINERD_ADDRESS=$RK_DIR/containerd.sock
-	weights_up --quota "$QUOTA"
+	# The cluster's service account signing key, as the API server's.
+	openssl genrsa -out "$BATS_FILE_TMPDIR/sa.key" 2048 2>/dev/null
+	openssl rsa -in "$BATS_FILE_TMPDIR/sa.key" -pubout -out "$BATS_FILE_TMPDIR/sa.pub" 2>/dev/null
+	weights_start
+	# Where the CRI test puts a copy of the set's CDI spec (cri_ready).
+	export CRI_CDI_SPEC=/var/run/cdi/rekindle-weights-bats-330-$$.json
 	export SRC=$BATS_FILE_TMPDIR/src
 	mkdir -p "$SRC/small" "$SRC/big"
 	# 40 MiB + 8 MiB of random bytes: a set that would show in a checkpoint.
 	gen_safetensors "$SRC/small/model-1.safetensors" 40
 	gen_safetensors "$SRC/small/model-2.safetensors" 8
 	export SMALL_BYTES=$(($(stat -c %s "$SRC"/small/model-1.safetensors) + $(stat -c %s "$SRC"/small/model-2.safetensors)))
-	run_w load small "$SRC/small"
+	run_w load --allow containerd:default small "$SRC/small"
 }
 
 teardown_file() {
+	rm -f "$CRI_CDI_SPEC"
 	stack_down
 	weights_down
 }
+
+weights_start() { weights_up --quota "$QUOTA" --sa-keys "$BATS_FILE_TMPDIR/sa.pub"; }
 
 # gen_safetensors FILE MIB [sparse]: a safetensors file holding one U8
 # tensor of MIB MiB of random bytes (or of a hole, quick to write).
@@ -215,7 +226,7 @@ snapshots() { "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshot
 	start_mapper wkeep "$port" small model-2.safetensors
 	weights_stop
 	is "$(sum_of "$port" sha256)" "$want" "mapping while the service is down"
-	weights_up --quota "$QUOTA"
+	weights_start
 	grep -q "set small: adopted" "$WEIGHTS_DIR/weights.log" || die "set not adopted from its manifest"
 	run_w list
 	[[ $output == *small*loaded* ]] || die "adopted set not listed as loaded"
@@ -275,11 +286,12 @@ snapshots() { "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshot
 }
 
 @test "a container the allow list refuses is not created; an allowed one is" {
-	run_w load --allow 'good-*' guarded "$SRC/small/model-2.safetensors"
+	run_w load --allow 'containerd:default/good-*' guarded "$SRC/small/model-2.safetensors"
 	local before
 	before=$(snapshots)
 	run_nerdctl 1 run --rm --name bad-1 --net none --device rekindle.dev/weights=guarded "$BASE_IMAGE" true
-	[[ $output == *"container bad-1 ("*") may not map weight set guarded"*"--allow"* ]] || die "refusal does not name container, set and fix"
+	[[ $output == *"container bad-1 ("*") in containerd namespace default may not map weight set guarded (allowed: containerd:default/good-*)"*"--allow 'containerd:default/good-*' --allow containerd:default/bad-1 guarded"* ]] ||
+		die "refusal does not name container, set and fix"
 	run_nerdctl ps -a --format '{{.Names}}'
 	! grep -qx bad-1 <<<"$output" || die "the refused container was left behind"
 	is "$(snapshots)" "$before" "snapshots after the refused container"
@@ -298,7 +310,167 @@ snapshots() { "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshot
 	run_nerdctl run --rm --net none --name good-1 --device rekindle.dev/weights=guarded "$BASE_IMAGE" \
 		sha256sum /rekindle/weights/guarded/model-2.safetensors
 	[[ $output == *"$(src_sha "$SRC/small/model-2.safetensors")"* ]] || die "allowed container read other bytes"
+
+	# The old form, a bare name glob, is refused: a pod's author picks names.
+	run_w 1 load --allow 'good-*' guarded
+	[[ $output == *'bad allow entry "good-*": a bare container name is chosen by whoever writes the pod'*"k8s:NAMESPACE"* ]] ||
+		die "a bare name glob was not refused"
+	# A set loaded without --allow allows no container.
+	run_w load closed "$SRC/small/model-2.safetensors"
+	[[ $output == *"closed allows no container"* ]] || die "load does not say the set allows no container"
+	run_nerdctl 1 run --rm --name good-2 --net none --device rekindle.dev/weights=closed "$BASE_IMAGE" true
+	[[ $output == *"may not map weight set closed: the set allows no container"*"--allow containerd:default/good-2 closed"* ]] ||
+		die "a set without --allow did not refuse"
+	run_w forget closed
 	run_w forget guarded
+}
+
+# The CRI part: pods as the kubelet makes them, through crictl, with the
+# set's CDI device (CDI_devices) and a service account token volume.
+
+# cri_ready: crictl pointed at this file's containerd, the base image and a
+# sandbox image in k8s.io (as cri_up, on the stack already up), and the
+# weights CDI spec where CRI reads specs (a copy: CRI's CDI dirs are the
+# host's; the name is this run's, and teardown_file removes it).
+cri_ready() {
+	export CRICTL_CONFIG=$BATS_FILE_TMPDIR/crictl.yaml
+	printf 'runtime-endpoint: unix://%s\nimage-endpoint: unix://%s\ntimeout: 120\n' "$RK_DIR/containerd.sock" "$RK_DIR/containerd.sock" >"$CRICTL_CONFIG"
+	if [ ! -e "$BATS_FILE_TMPDIR/k8s-images" ]; then
+		k8s_ctr images import "$IMAGES/base.tar" >/dev/null 2>&1 || die "cannot import base.tar into namespace k8s.io"
+		local sandbox
+		sandbox=$("$BIN/containerd" --config "$RK_DIR/config.toml" config dump 2>/dev/null |
+			sed -n "s/^ *sandbox = ['\"]\(.*\)['\"]$/\1/p")
+		[ -n "$sandbox" ] || die "no sandbox image in containerd's config dump"
+		make_pause_image "$IMAGES/base.tar" "$sandbox" "$BATS_FILE_TMPDIR/pause.tar"
+		k8s_ctr images import "$BATS_FILE_TMPDIR/pause.tar" >/dev/null 2>&1 || die "cannot import the sandbox image $sandbox"
+		rm -f "$BATS_FILE_TMPDIR/pause.tar"
+		touch "$BATS_FILE_TMPDIR/k8s-images"
+	fi
+	mkdir -p /var/run/cdi
+	cp "$WEIGHTS_DIR/cdi/rekindle-weights.json" "$CRI_CDI_SPEC"
+}
+
+cri_exited() { [ "$(cri inspect "$1" 2>/dev/null | jq -r .status.state)" = CONTAINER_EXITED ]; }
+
+b64url() { base64 -w0 | tr '+/' '-_' | tr -d '='; }
+
+# sa_token DIR NAMESPACE POD_UID ACCOUNT: DIR/token, a bound service account
+# token as the kubelet mounts it, signed with the file's key (RS256).
+sa_token() {
+	local hdr claims sig now
+	now=$(date +%s)
+	mkdir -p "$1"
+	hdr=$(printf '{"alg":"RS256","kid":"k"}' | b64url)
+	claims=$(jq -cn --arg ns "$2" --arg uid "$3" --arg sa "$4" --argjson now "$now" \
+		'{iss: "https://kubernetes.default.svc", sub: "system:serviceaccount:\($ns):\($sa)", iat: $now, nbf: $now, exp: ($now + 3600),
+		  "kubernetes.io": {namespace: $ns, pod: {name: "p", uid: $uid}, serviceaccount: {name: $sa, uid: "sa-uid"}}}' | b64url)
+	sig=$(printf '%s.%s' "$hdr" "$claims" | openssl dgst -sha256 -sign "$BATS_FILE_TMPDIR/sa.key" -binary | b64url)
+	printf '%s.%s.%s' "$hdr" "$claims" "$sig" >"$1/token"
+}
+
+# cri_pod NAMESPACE SET TOKEN_DIR: a pod in NAMESPACE (uid NAMESPACE-uid) whose
+# container, named good-1, has set SET's device, the token volume and, as
+# a pod author may write them, annotations that claim another identity;
+# the container prints the set's file's SHA-256. Its create and start
+# leave POD and CTR; the start's status and output are in $status, $output.
+cri_pod() {
+	local ns=$1 set=$2 tok=$3 pod=$BATS_TEST_TMPDIR/pod-$1.json ctr=$BATS_TEST_TMPDIR/ctr-$1.json
+	local lies='{"io.kubernetes.cri.sandbox-namespace": "rekindle-prod", "io.kubernetes.cri.container-type": "", "nerdctl/name": "good-1"}'
+	mkdir -p "$BATS_TEST_TMPDIR/logs-$ns"
+	jq -n --arg ns "$ns" --arg logs "$BATS_TEST_TMPDIR/logs-$ns" --argjson lies "$lies" '{metadata: {name: "p", namespace: $ns, uid: ($ns + "-uid"), attempt: 0},
+		log_directory: $logs, annotations: $lies, linux: {security_context: {namespace_options: {network: 2, pid: 1}}}}' >"$pod"
+	jq -n --arg image "$BASE_IMAGE" --arg set "$set" --arg tok "$tok" --arg sadir /var/run/secrets/kubernetes.io/serviceaccount \
+		--argjson lies "$lies" '{metadata: {name: "good-1"}, image: {image: $image}, annotations: $lies, log_path: "good-1.log",
+		command: ["sha256sum", "/rekindle/weights/\($set)/model-2.safetensors"],
+		mounts: [{container_path: $sadir, host_path: $tok, readonly: true}],
+		CDI_devices: [{name: "rekindle.dev/weights=\($set)"}],
+		linux: {security_context: {namespace_options: {network: 2, pid: 1}}}}' >"$ctr"
+	cri_do runp "$pod"
+	POD=$output
+	cri_do create "$POD" "$ctr" "$pod"
+	CTR=$output
+	run cri start "$CTR"
+}
+
+@test "CRI: a pod is allowed by its namespace and verified service account, not by the names it chooses" {
+	run_w load --allow 'k8s:rekindle-prod/engine' --allow 'containerd:*/good-*' pods "$SRC/small/model-2.safetensors"
+	cri_ready
+	local want
+	want=$(src_sha "$SRC/small/model-2.safetensors")
+
+	# Its container is named good-1 (as containerd:*/good-* allows), and its
+	# annotations claim the allowed namespace: the pod is in rekindle-dev.
+	sa_token "$BATS_TEST_TMPDIR/sa-dev" rekindle-dev rekindle-dev-uid engine
+	cri_pod rekindle-dev pods "$BATS_TEST_TMPDIR/sa-dev"
+	echo "$output" >&2
+	[ "$status" -ne 0 ] || die "a pod in another namespace was started"
+	[[ $output == *"container good-1 of pod rekindle-dev/p ("*", service account engine) may not map weight set pods (allowed: k8s:rekindle-prod/engine containerd:*/good-*)"*"--allow k8s:rekindle-dev/engine pods"* ]] ||
+		die "the refusal does not name the pod as CRI vouches for it, the set and the fix"
+	cri_do rmp -f "$POD"
+
+	# The allowed namespace, another service account.
+	sa_token "$BATS_TEST_TMPDIR/sa-prod-default" rekindle-prod rekindle-prod-uid default
+	cri_pod rekindle-prod pods "$BATS_TEST_TMPDIR/sa-prod-default"
+	echo "$output" >&2
+	[ "$status" -ne 0 ] || die "a pod of another service account was started"
+	[[ $output == *"of pod rekindle-prod/p ("*", service account default) may not map weight set pods"* ]] ||
+		die "the refusal does not name the service account"
+	cri_do rmp -f "$POD"
+
+	# The allowed account's token, but another pod's (copied, or forged
+	# with the right claims and no signature, is the same to the service).
+	sa_token "$BATS_TEST_TMPDIR/sa-other-pod" rekindle-prod other-pod-uid engine
+	cri_pod rekindle-prod pods "$BATS_TEST_TMPDIR/sa-other-pod"
+	echo "$output" >&2
+	[ "$status" -ne 0 ] || die "a pod with another pod's token was started"
+	[[ $output == *"no verified service account (token at /var/run/secrets/kubernetes.io/serviceaccount is another pod's"* ]] ||
+		die "another pod's token was not named as the reason"
+	cri_do rmp -f "$POD"
+
+	# The allowed namespace and account: it maps the set.
+	sa_token "$BATS_TEST_TMPDIR/sa-prod" rekindle-prod rekindle-prod-uid engine
+	cri_pod rekindle-prod pods "$BATS_TEST_TMPDIR/sa-prod"
+	[ "$status" -eq 0 ] || die "the allowed pod did not start: $output"
+	wait_for "the allowed pod's container to exit" 30 cri_exited "$CTR"
+	run cri logs "$CTR"
+	[[ $output == *"$want"* ]] || die "the allowed pod read other bytes: $output"
+	cri_do rmp -f "$POD"
+	rm -f "$CRI_CDI_SPEC"
+	run_w forget pods
+}
+
+@test "a set adopted after its state file is lost keeps its allow list; one whose manifest keeps none refuses all" {
+	run_w load --allow 'containerd:default/good-*' kept "$SRC/small/model-2.safetensors"
+	jq -e '.allow == ["containerd:default/good-*"]' "$WEIGHTS_DIR/root/sets/kept/rekindle-set.json" >/dev/null ||
+		die "the manifest does not keep the allow list: $(cat "$WEIGHTS_DIR/root/sets/kept/rekindle-set.json")"
+	weights_stop
+	rm "$WEIGHTS_DIR/state/sets.json"
+	weights_start
+	grep -q "set kept: adopted, .*allow \[\"containerd:default/good-\*\"\]" "$WEIGHTS_DIR/weights.log" || die "set not adopted with its allow list"
+	run_w status --json kept
+	is "$(jq -c '[.state, .allow_known, .allow]' <<<"$output")" '["loaded",true,["containerd:default/good-*"]]' "adopted set"
+	run_nerdctl 1 run --rm --name bad-3 --net none --device rekindle.dev/weights=kept "$BASE_IMAGE" true
+	[[ $output == *"container bad-3 ("*") in containerd namespace default may not map weight set kept (allowed: containerd:default/good-*)"* ]] ||
+		die "the adopted set let another container in"
+	run_nerdctl run --rm --name good-3 --net none --device rekindle.dev/weights=kept "$BASE_IMAGE" true
+
+	# A manifest written before allow lists were kept there, and no state
+	# file: the list is not known and every container is refused, with the fix.
+	local m=$WEIGHTS_DIR/root/sets/kept/rekindle-set.json
+	weights_stop
+	jq 'del(.allow)' "$m" >"$BATS_TEST_TMPDIR/m.json"
+	cat "$BATS_TEST_TMPDIR/m.json" >"$m"
+	rm "$WEIGHTS_DIR/state/sets.json"
+	weights_start
+	run_w status kept
+	[[ $output == *"allow:     not known: every container is refused"* ]] || die "status does not say the list is not known"
+	run_nerdctl 1 run --rm --name good-4 --net none --device rekindle.dev/weights=kept "$BASE_IMAGE" true
+	[[ $output == *"container good-4 ("*") in containerd namespace default may not map weight set kept: the set's allow list is not known"*"rekindle-weights load --allow ENTRY... kept', e.g. --allow containerd:default/good-4"* ]] ||
+		die "a set with no known allow list did not refuse, or the refusal does not say why and how to fix it"
+	run_w load --allow 'containerd:default/good-*' kept
+	jq -e '.allow == ["containerd:default/good-*"]' "$m" >/dev/null || die "the manifest was not given the list"
+	run_nerdctl run --rm --name good-4 --net none --device rekindle.dev/weights=kept "$BASE_IMAGE" true
+	run_w forget kept
 }
 
 @test "only root may use the API: the socket is 0600 and other peers are refused" {
