@@ -74,6 +74,10 @@ link-remap" "runc's CRIU configuration (what vLLM needs)"
 	grep -qxF "imports = [\"$PROV_ROOT/etc/containerd/conf.d/rekindle.toml\"]" "$PROV_ROOT/etc/containerd/config.toml" ||
 		die "config does not import Rekindle's drop-in"
 	grep -q "BinaryName = \"$PROV_PREFIX/bin/runc\"" "$PROV_ROOT/etc/containerd/conf.d/rekindle.toml" || die "drop-in does not name our runc"
+	# No restore policy by default: no checkpoint image restores, CRI's switch is off.
+	grep -qx "  checkpoint_restore_images = \[\]" "$PROV_ROOT/etc/containerd/conf.d/rekindle.toml" || die "drop-in sets a restore policy by default"
+	grep -qx "  enable_experimental_restore_via_create = false" "$PROV_ROOT/etc/containerd/conf.d/rekindle.toml" ||
+		die "drop-in turns CRI's restore via create on without a policy"
 	# Not a systemd host, or a staged install: nothing was enabled or started.
 	is "$output" "~TASK \[systemd : Enable and start the services\] \*+[[:space:]]+skipping" "services left alone"
 	# The health check started the installed containerd on a private socket.
@@ -193,12 +197,14 @@ tree_sums() {
 	dropin=$k/root/etc/containerd/conf.d/rekindle.toml
 	cp "$config" "$k/before.toml"
 
-	playbook --check --tags containerd -e "rekindle_root=$k/root"
+	# A node with a restore policy: CRI's restore via create is on.
+	local policy='{"containerd_restore_images": ["registry.example.internal/inference"]}'
+	playbook --check --tags containerd -e "rekindle_root=$k/root" -e "$policy"
 	is "$(recap failed)" "0" "failed tasks in check mode"
 	cmp "$k/before.toml" "$config" || die "check mode changed $config"
 	[ ! -e "$dropin" ] || die "check mode wrote the drop-in"
 
-	playbook --tags containerd -e "rekindle_root=$k/root"
+	playbook --tags containerd -e "rekindle_root=$k/root" -e "$policy"
 	is "$(flat)" "~$config: kept" "the existing configuration is kept"
 	is "$(diff "$k/before.toml" "$config" | grep '^[<>]')" "> imports = [\"$dropin\"]" "the one line added"
 	local backup
@@ -209,10 +215,11 @@ tree_sums() {
 		"bin_dirs = ['/opt/cni/bin']" "conf_dir = '$k/root/etc/cni/net.d'" \
 		"config_path = '$k/root/etc/containerd/certs.d'" \
 		"BinaryName = '$PROV_PREFIX/bin/runc'" "enable_cdi = true" "enable_criu = true" \
-		"enable_experimental_restore_via_create = true" "'io.containerd.timeout.task.state' = '120s'"
+		"enable_experimental_restore_via_create = true" "'io.containerd.timeout.task.state' = '120s'" \
+		"checkpoint_restore_images = ['registry.example.internal/inference']"
 
 	tree_sums "$k/root" >"$k/after-first"
-	playbook --tags containerd -e "rekindle_root=$k/root"
+	playbook --tags containerd -e "rekindle_root=$k/root" -e "$policy"
 	is "$(recap changed)" "0" "changed tasks on a second run"
 	is "$(tree_sums "$k/root")" "$(cat "$k/after-first")" "files under the root after a second run"
 }
