@@ -216,3 +216,19 @@ no_holds() {
 	is "$(grep -c "checkpoint cache: stored extracted checkpoint of checkpoint layer $layer" "$RK_DIR/containerd.log")" \
 		"2" "extracted anew"
 }
+
+@test "crictl: a restore into a container that drops the checkpoint's capabilities is refused (runc-patches/0005)" {
+	local port image=rekindle.local/ckpt:cri-caps ctr err=$BATS_TEST_TMPDIR/start.err
+	port=$(free_port)
+	checkpoint_engine_pod csrc "$image" "$port"
+	cri_do runp "$(pod_config cdst)"
+	POD=$output
+	ctr=$(engine_config "$image" "$port")
+	jq '.linux.security_context.capabilities.drop_capabilities = ["ALL"]' "$ctr" >"$ctr.new" && mv "$ctr.new" "$ctr"
+	CTR=$(cri create "$POD" "$ctr" "$(pod_config cdst)" 2>"$err") || die "crictl create of $image failed: $(cat "$err")"
+	! cri start "$CTR" 2>"$err" || die "a restore with every capability dropped started"
+	grep -q 'refusing to restore: checkpoint task 1 thread 1 (.*python3.*): cap_prm has CAP_CHOWN' "$err" ||
+		die "the error does not name the capability: $(cat "$err")"
+	[ "$(cri inspect "$CTR" | jq -r .status.state)" != CONTAINER_RUNNING ] || die "the refused container runs"
+	! curl -sf "http://127.0.0.1:$port/health" >/dev/null || die "an engine answers on port $port"
+}
