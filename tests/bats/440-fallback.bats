@@ -2,9 +2,10 @@
 # A checkpoint image that this host cannot restore (containerd-patches/0011),
 # or whose restore CRIU fails (0012 through nerdctl, 0013 through CRI): made
 # with `oci-checkpoint create --fallback cold`, it starts cold from its base
-# image with the checkpointed container's own command and environment,
-# through nerdctl and through CRI, and containerd says so in its log and an
-# event (a foreground nerdctl run follows the cold start, 0019); made
+# image with the checkpointed container's own command and environment (the
+# user's -e over it), through nerdctl and through CRI, and containerd says
+# so in its log and an event (a foreground nerdctl run follows the cold
+# start, 0019); made
 # without, the run fails with the reason and leaves nothing.
 #
 # The host that "cannot restore" is this one: the image's recorded CPU flags
@@ -106,7 +107,7 @@ cri_started_cold() {
 @test "nerdctl run: an image this host cannot restore, made with --fallback cold, starts cold from its base image" {
 	local port image=rekindle.local/ckpt:fallback-cold
 	port=$(free_port)
-	start_engine fsrc "$port"
+	start_engine fsrc "$port" -e ENGINE_TICK_MS=100 -e REKINDLE_SET_AT=checkpoint
 	record_engine "$port"
 	checkpoint_for_this_host_not default fsrc "$image" --fallback cold
 	run_nerdctl rm -f fsrc
@@ -118,12 +119,16 @@ cri_started_cold() {
 
 	events_up
 	port=$(free_port)
-	run_nerdctl run -d --name fdst -p "127.0.0.1:$port:30000" "$image"
+	run_nerdctl run -d --name fdst -e ENGINE_TICK_MS=50 -p "127.0.0.1:$port:30000" "$image"
 	local id=$output
 	wait_healthy "$port"
 	# A fresh engine: started now, from the base image, not the restored one.
 	started_cold "$port" "$E_START" "$E_TEXT"
 	run_nerdctl 1 exec fdst test -e /.rekindle/wake
+	# The checkpointed process's environment, with the user's -e over it.
+	run_nerdctl exec fdst sh -c 'tr "\0" "\n" </proc/1/environ'
+	is "$(grep '^ENGINE_TICK_MS=' <<<"$output")" "ENGINE_TICK_MS=50" "the user's -e over the checkpoint's value"
+	is "$(grep '^REKINDLE_SET_AT=' <<<"$output")" "REKINDLE_SET_AT=checkpoint" "the checkpoint's own variable"
 
 	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000, which the checkpointed process may use; starting cold from base image $ENGINE_IMAGE (fallback cold)"
 	local ev
