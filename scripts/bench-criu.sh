@@ -1,24 +1,37 @@
 #!/usr/bin/env bash
-# bench-criu.sh: restore of a synthetic process with stock CRIU and with
-# criu-patches/, side by side in one run, beside the floor the machine sets.
-# Run by `make bench-criu`; needs no GPU (run it on the 16-core GPU box too).
+# bench-criu.sh: restore of synthetic process trees with stock CRIU and with
+# criu-patches/, side by side in one run, beside the floors the machine sets.
+# Run by `make bench-criu`; needs no GPU (run it on the 16-core GPU box too,
+# with a larger BENCH_CRIU_GB).
 #
-# The process is tests/criu/memstate: BENCH_CRIU_GB GiB of heap (the parent's
-# own, so CRIU's restorer fills it) plus sparse, COW, memfd and shared
-# memory (BENCH_CRIU_SHARED_MB each of the last two) in a parent and a
-# forked child. It is dumped once; then each
-# repetition restores the same images with stock criu and with ours, in
-# alternating order, from a warm page cache (and once each from a cold one),
-# checks every region's digest against the dump, and kills the tree again.
-# The floor is pagefill: the same pages file read with pread() into fresh
-# anonymous memory by 1 and by all threads, in the same run.
+# The processes are tests/criu/memstate, in three shapes of BENCH_CRIU_GB
+# (G) GiB each, every one with sparse, COW, memfd and shared memory
+# (BENCH_CRIU_SHARED_MB each of the last two) beside what the shape is about:
+#   heap  a parent with a private heap of G GiB, its own (CRIU's restorer
+#         fills it), and a forked child
+#   cow   a parent with a heap of G GiB shared copy-on-write with a forked
+#         child, which rewrote every other page (CRIU premaps it and must
+#         keep the other half shared), and a 64 MiB heap of its own
+#   tree  four processes (parent, child, two workers), each with a heap of
+#         its own of G/4 GiB: an engine with an API server, a core and helpers
+# Each shape is dumped once; then each repetition restores the same images
+# with stock criu and with ours (and BENCH_CRIU_UPSTREAM's, if set), in
+# alternating order, from a warm page cache, and once each from a cold one
+# (caches dropped); every restore's digests (per process and region, COW
+# pages still shared included) are checked against the dump, and the tree
+# killed again. The floors, from the first shape's largest pages image:
+# pagefill reading it with pread() into fresh anonymous memory by 1 and by
+# all threads from the page cache, and by all threads with O_DIRECT from a
+# cold disk, in the same run.
 #
 # Environment:
-#   BENCH_CRIU_GB      heap size in GiB (2)
+#   BENCH_CRIU_GB      size of each shape in GiB (2: a few minutes on a 2-core VM; 16 on the GPU box)
+#   BENCH_CRIU_SHAPES  which shapes, in order ("heap cow tree")
 #   BENCH_CRIU_SHARED_MB  size of its memfd and of its shared anonymous memory, each, in MiB (32)
-#   BENCH_REPS         repetitions (3)
+#   BENCH_REPS         warm repetitions (3)
 #   BENCH_CRIU_COLD    1: also one restore each with the page cache dropped (1)
 #   BENCH_CRIU_STOCK   stock criu (build/stock/bin/criu)
+#   BENCH_CRIU_UPSTREAM  another criu to restore with too, e.g. upstream 4.3 (none)
 #   BENCH_CRIU_DIR     work folder for the images (/var/tmp/rekindle-bench-criu)
 #   BENCH_OUT          where results go (build/bench)
 #
@@ -60,6 +73,10 @@ else
 	gcc -O2 -static -o "$dir/memstate" "$root/tests/criu/memstate.c" || die "cannot build memstate"
 	gcc -O2 -pthread -o "$dir/pagefill" "$root/scripts/pagefill.c" || die "cannot build pagefill"
 fi
+{ "$dir/memstate" 2>&1 || true; } | grep -q -- '-w WORKERS' ||
+	die "$bin/memstate predates its shapes (-c, -w): rebuild it from tests/criu/memstate.c"
+{ "$dir/pagefill" 2>&1 || true; } | grep -q -- direct ||
+	die "$bin/pagefill predates its O_DIRECT floor: rebuild it from scripts/pagefill.c"
 
 # wait_file FILE SECONDS
 wait_file() {
@@ -67,14 +84,17 @@ wait_file() {
 	for ((i = 0; i < $2 * 10; i++)); do [ -s "$1" ] && return 0; sleep 0.1; done
 	die "timed out waiting for $1"
 }
-# report DIR: have the tree write its digests into DIR.
+# report DIR: have the tree write its digests into DIR, one file per process
+# (the roles memstate listed in out/roles).
 report() {
-	rm -f "$dir/out/parent.txt" "$dir/out/child.txt"
+	local role
+	for role in $(cat "$dir/out/roles"); do rm -f "$dir/out/$role.txt"; done
 	kill -USR1 "$tree_pid"
-	wait_file "$dir/out/parent.txt" 120
-	wait_file "$dir/out/child.txt" 120
 	mkdir -p "$1"
-	mv "$dir/out/parent.txt" "$dir/out/child.txt" "$1/"
+	for role in $(cat "$dir/out/roles"); do
+		wait_file "$dir/out/$role.txt" 120
+		mv "$dir/out/$role.txt" "$1/"
+	done
 }
 # kill_tree: kill the memstate tree (its own process group) and wait until
 # its pids are free again, zombies reaped: the next restore needs them.
@@ -95,27 +115,26 @@ drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 # elapsed FROM TO: seconds between two `date +%s.%N` stamps.
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 
-note "starting memstate with a ${gb} GiB heap"
-mkdir -p "$dir/out"
-setsid "$dir/memstate" $((gb * 1024)) "$dir/out" "${BENCH_CRIU_SHARED_MB:-32}" </dev/null >"$dir/memstate.log" 2>&1 &
-wait_file "$dir/out/ready" 600
-tree_pid=$(cat "$dir/out/ready")
-report "$dir/before"
+shared_mb=${BENCH_CRIU_SHARED_MB:-32}
+mb=$((gb * 1024))
+# shape_args SHAPE: memstate's arguments before OUTDIR, and after it.
+shape_args() {
+	case "$1" in
+	heap) pre=("$mb") ;;
+	cow) pre=(-c "$mb" 64) ;;
+	tree) pre=(-w "2:$((mb / 4))" "$((mb / 4))") ;;
+	*) die "unknown shape '$1' in BENCH_CRIU_SHAPES: heap, cow, tree" ;;
+	esac
+}
 
-note "dumping it"
-pids=$(ps -o pid= -g "$tree_pid")
-t0=$(date +%s.%N)
-"$ours" dump -t "$tree_pid" -D "$dir/img" -o dump.log -v2 || die "dump failed: $dir/img/dump.log"
-t1=$(date +%s.%N)
-wait_free $pids # the dump killed them
-bytes=$(cat "$dir"/img/pages-*.img | wc -c)
-dump_s=$(elapsed "$t0" "$t1")
-biggest=$(ls -S "$dir"/img/pages-*.img | head -1)
-
-# restore stock|patched warm|cold: one restore; prints a JSON line.
+# restore SHAPE NAME warm|cold: one restore with criu NAME (stock, patched,
+# upstream); prints a JSON line.
 restore() {
-	local name=$1 cache=$2 criu=$stock s e same
+	local shape=$1 name=$2 cache=$3 criu=$stock s e same
 	[ "$name" = patched ] && criu=$ours
+	[ "$name" = upstream ] && criu=$upstream
+	local v=-v2
+	[ "$cache" = warm-v3 ] && v=-v3
 	if [ "$cache" = cold ]; then drop_caches; else cat "$dir"/img/pages-*.img >/dev/null; fi
 	rm -f "$dir/restored.pid"
 	s=$(date +%s.%N)
@@ -124,45 +143,85 @@ restore() {
 	# runc restores, it takes one per CPU by default).
 	local extra=()
 	[ "$name" = patched ] && extra=(--restore-threads "$cpus")
-	"$criu" restore -d -D "$dir/img" -o "restore-$name.log" -v2 --pidfile "$dir/restored.pid" "${extra[@]}" ||
-		die "$name restore failed: $dir/img/restore-$name.log"
+	"$criu" restore -d -D "$dir/img" -o "restore-$name.log" "$v" --pidfile "$dir/restored.pid" "${extra[@]}" ||
+		die "$shape: $name restore failed: $dir/img/restore-$name.log"
 	e=$(date +%s.%N)
 	tree_pid=$(cat "$dir/restored.pid")
 	report "$dir/after-$name"
 	same=true
 	diff -r "$dir/before" "$dir/after-$name" >&2 || same=false
 	kill_tree
-	echo "{\"criu\": \"$name\", \"cache\": \"$cache\", \"seconds\": $(elapsed "$s" "$e"), \"same\": $same}"
+	echo "{\"shape\": \"$shape\", \"criu\": \"$name\", \"cache\": \"$cache\", \"seconds\": $(elapsed "$s" "$e"), \"same\": $same}"
 }
 
-results=$dir/results.jsonl
-: >"$results"
-for ((r = 1; r <= reps; r++)); do
-	note "repetition $r of $reps"
-	if ((r % 2)); then order="stock patched"; else order="patched stock"; fi
-	for v in $order; do restore "$v" warm >>"$results"; done
-done
-if [ "$cold" = 1 ]; then
-	restore stock cold >>"$results"
-	restore patched cold >>"$results"
+variants="stock patched"
+if [ -n "${BENCH_CRIU_UPSTREAM:-}" ]; then
+	upstream=$(realpath -e "$BENCH_CRIU_UPSTREAM") || die "BENCH_CRIU_UPSTREAM=$BENCH_CRIU_UPSTREAM is missing"
+	"$upstream" --version >/dev/null || die "$upstream does not run here"
+	variants+=" upstream"
 fi
-grep -q '"same": false' "$results" && die "a restore changed the process's memory: see the diff above"
+results=$dir/results.jsonl shapes_json=$dir/shapes.jsonl
+: >"$results"
+: >"$shapes_json"
+floor1= floorn= floorcold=
+for shape in ${BENCH_CRIU_SHAPES:-heap cow tree}; do
+	shape_args "$shape"
+	note "$shape: starting memstate ${pre[*]} OUT $shared_mb"
+	rm -rf "$dir/img" "$dir/out" "$dir/before" "$dir"/after-*
+	mkdir -p "$dir/img" "$dir/out"
+	setsid "$dir/memstate" "${pre[@]}" "$dir/out" "$shared_mb" </dev/null >"$dir/memstate.log" 2>&1 &
+	disown # the dump kills it: no "Killed" from bash
+	wait_file "$dir/out/ready" 900
+	tree_pid=$(cat "$dir/out/ready")
+	report "$dir/before"
 
-note "floors: pagefill with 1 and $cpus threads"
-cat "$biggest" >/dev/null
-floor1=$("$dir/pagefill" "$biggest" 1)
-floorn=$("$dir/pagefill" "$biggest" "$cpus")
+	note "$shape: dumping it"
+	pids=$(ps -o pid= -g "$tree_pid")
+	nprocs=$(wc -w <<<"$pids")
+	t0=$(date +%s.%N)
+	"$ours" dump -t "$tree_pid" -D "$dir/img" -o dump.log -v2 || die "$shape: dump failed: $dir/img/dump.log"
+	t1=$(date +%s.%N)
+	wait_free $pids # the dump killed them
+	bytes=$(cat "$dir"/img/pages-*.img | wc -c)
+	shape_line="{\"shape\": \"$shape\", \"processes\": $nprocs, \"image_bytes\": $bytes, \"dump_seconds\": $(elapsed "$t0" "$t1"), \"memstate_args\": \"${pre[*]} OUT $shared_mb\"}"
+
+	for ((r = 1; r <= reps; r++)); do
+		note "$shape: repetition $r of $reps"
+		order=$variants
+		((r % 2)) || order=$(tr ' ' '\n' <<<"$variants" | tac | xargs)
+		for v in $order; do restore "$shape" "$v" warm >>"$results"; done
+	done
+	if [ "$cold" = 1 ]; then
+		for v in $variants; do restore "$shape" "$v" cold >>"$results"; done
+	fi
+	# One more patched restore, untimed, that logs which fills went to
+	# helpers (pr_info, -v3: it would slow the timed ones, stock's too).
+	restore "$shape" patched warm-v3 >/dev/null
+	fills=$(grep -E 'Filling [0-9]+ MiB of (private|shared) memory in [0-9]+ chunks with ([2-9]|[1-9][0-9]+) ' \
+		"$dir/img/restore-patched.log" | sed 's/^.*Filling/Filling/' | jq -Rs 'split("\n") | map(select(. != ""))')
+	jq -c --argjson f "$fills" '.parallel_fills = $f' <<<"$shape_line" >>"$shapes_json"
+	grep -q '"same": false' "$results" && die "$shape: a restore changed the process's memory: see the diff above"
+
+	if [ -z "$floor1" ]; then
+		biggest=$(ls -S "$dir"/img/pages-*.img | head -1)
+		note "floors: pagefill of $(basename "$biggest") with 1 and $cpus threads, warm; $cpus, cold with O_DIRECT"
+		cat "$biggest" >/dev/null
+		floor1=$("$dir/pagefill" "$biggest" 1)
+		floorn=$("$dir/pagefill" "$biggest" "$cpus")
+		drop_caches
+		floorcold=$("$dir/pagefill" "$biggest" "$cpus" direct)
+	fi
+done
 
 stamp=$(date -u +%Y%m%dT%H%M%SZ)
 json=$out/criu-$stamp.json
-jq -n --argjson bytes "$bytes" --argjson dump_s "$dump_s" --argjson cpus "$cpus" \
-	--argjson heap_gib "$gb" --argjson shared_mib "${BENCH_CRIU_SHARED_MB:-32}" \
-	--argjson floor1 "$floor1" --argjson floorn "$floorn" --arg host "$(uname -n)" \
+jq -n --argjson cpus "$cpus" --argjson size_gib "$gb" --argjson shared_mib "$shared_mb" \
+	--argjson floor1 "$floor1" --argjson floorn "$floorn" --argjson floorcold "$floorcold" --arg host "$(uname -n)" \
 	--arg kernel "$(uname -r)" --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
-	--slurpfile runs "$results" \
-	'{host: $host, kernel: $kernel, cpu: $cpu, cpus: $cpus, heap_gib: $heap_gib, shared_mib_each: $shared_mib,
-	  image_bytes: $bytes, dump_seconds: $dump_s,
-	  floor_1_thread: $floor1, floor_all_threads: $floorn, restores: $runs}' >"$json"
+	--slurpfile shapes "$shapes_json" --slurpfile runs "$results" \
+	'{host: $host, kernel: $kernel, cpu: $cpu, cpus: $cpus, size_gib: $size_gib, shared_mib_each: $shared_mib,
+	  floor_1_thread: $floor1, floor_all_threads: $floorn, floor_cold_direct: $floorcold,
+	  shapes: $shapes, restores: $runs}' >"$json"
 report_py=/usr/bin/python3
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || report_py=python3
 "$report_py" "$root/scripts/bench-criu-report.py" "$json" || note "no chart or table: the raw result is $json"

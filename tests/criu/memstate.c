@@ -1,22 +1,28 @@
 /*
- * memstate HEAP_MB OUTDIR [SHARED_MB]: a process whose memory has every shape
- * CRIU must restore, for checking a restore page by page.
+ * memstate [-c COW_MB] [-w WORKERS:MB] HEAP_MB OUTDIR [SHARED_MB]: a process
+ * tree whose memory has every shape CRIU must restore, for checking a
+ * restore page by page.
  *
  *   heap    HEAP_MB of private anonymous memory, every page written
  *   sparse  256 MiB private, one page in 16 written: the rest must stay unmapped
  *   vmas    1000 two-page mappings that cannot merge (alternating protection)
  *   memfd   SHARED_MB (32) of memfd, mapped shared
  *   shm     SHARED_MB (32) of shared anonymous memory, written by parent and child
- *   cow     128 MiB private, written before fork; the child rewrites one page
- *           in 4, so the other pages stay shared copy-on-write
+ *   cow     COW_MB (128) private, written before fork; the child rewrites
+ *           every other page, so the other half stays shared copy-on-write
  *
  * heap, sparse and vmas are mapped after the fork, so that they are the
  * parent's alone (CRIU fills them in its restorer); memfd, shm and cow are
- * inherited by the child. The parent forks one child. When both are set up the parent writes
- * its pid to OUTDIR/ready. On SIGUSR1 the parent (and, forwarded, the child) writes
- * OUTDIR/<role>.txt: a digest per region, the sparse region's resident pages
- * and the cow region's shared pages. Compare the files before the checkpoint
- * with those after the restore.
+ * inherited by the child. The parent forks one child, and with -w WORKERS
+ * more (worker1, ...), each of which, and the child, then maps and writes
+ * a heap of its own of MB: a tree of processes with their own memory, as
+ * an engine with an API server, a core and helpers. When all are set up
+ * the parent writes the roles, one a line, to OUTDIR/roles and its pid to
+ * OUTDIR/ready. On SIGUSR1 the parent (and, forwarded, every child) writes
+ * OUTDIR/<role>.txt: a digest per region, the sparse region's resident
+ * pages and the cow region's shared pages (Shared_Clean + Shared_Dirty in
+ * smaps). Compare the files before the checkpoint with those after the
+ * restore.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -32,6 +38,7 @@
 
 #define MiB (1UL << 20)
 #define NR_SMALL 1000
+#define MAX_WORKERS 16
 
 static long page;
 static char *outdir;
@@ -135,8 +142,9 @@ static void report(const char *role)
 	f = fopen(tmp, "w");
 	if (!f)
 		fail(tmp);
-	if (heap) { /* the parent's alone */
+	if (heap) /* the process's own */
 		fprintf(f, "heap %016llx\n", (unsigned long long)digest(heap, heap_len));
+	if (sparse) { /* the parent's alone */
 		fprintf(f, "sparse %016llx resident %ld\n", (unsigned long long)digest(sparse, sparse_len),
 			resident(sparse, sparse_len));
 		fprintf(f, "vmas %016llx\n", (unsigned long long)smalls_h);
@@ -148,10 +156,10 @@ static void report(const char *role)
 		fail(path);
 }
 
-static void serve(const char *role, pid_t child)
+static void serve(const char *role, pid_t *children, int nr_children)
 {
 	sigset_t set;
-	int sig;
+	int sig, i;
 
 	sigemptyset(&set);
 	sigaddset(&set, SIGUSR1);
@@ -159,26 +167,59 @@ static void serve(const char *role, pid_t child)
 	for (;;) {
 		if (sigwait(&set, &sig))
 			fail("sigwait");
-		if (sig == SIGTERM) {
-			if (child > 0)
-				kill(child, SIGTERM);
+		for (i = 0; i < nr_children; i++)
+			kill(children[i], sig);
+		if (sig == SIGTERM)
 			exit(0);
-		}
-		if (child > 0)
-			kill(child, SIGUSR1);
 		report(role);
 	}
 }
 
+/*
+ * Child nr's own heap, mapped after the fork: its alone. A heap of the
+ * parent's size at the parent's address would be taken by CRIU for memory
+ * the two may share copy-on-write (it matches VMAs by start and end) and
+ * compared page by page on restore; nr + 1 pages of guard ahead of it keep
+ * every heap at an address of its own.
+ */
+static void own_heap(size_t len, int nr, uint64_t seed)
+{
+	if (mmap(NULL, (nr + 1) * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
+		fail("mmap");
+	heap_len = len;
+	heap = map(heap_len, MAP_PRIVATE | MAP_ANONYMOUS, -1);
+	fill(heap, heap_len, seed, 1);
+}
+
 int main(int argc, char **argv)
 {
-	char path[4096];
+	char path[4096], role[32];
+	pid_t children[1 + MAX_WORKERS];
+	int fd, i, opt, ready[2], nr_workers = 0;
+	size_t worker_len = 0;
 	sigset_t set;
-	pid_t child;
-	int fd, i, ready[2];
+	FILE *f;
 
-	if (argc != 3 && argc != 4) {
-		fprintf(stderr, "usage: memstate HEAP_MB OUTDIR [SHARED_MB]\n");
+	while ((opt = getopt(argc, argv, "+c:w:")) != -1) {
+		switch (opt) {
+		case 'c':
+			cow_len = strtoul(optarg, NULL, 10) * MiB;
+			break;
+		case 'w':
+			if (sscanf(optarg, "%d:%zu", &nr_workers, &worker_len) != 2 || nr_workers < 0 ||
+			    nr_workers > MAX_WORKERS || !worker_len)
+				goto usage;
+			worker_len *= MiB;
+			break;
+		default:
+			goto usage;
+		}
+	}
+	argc -= optind - 1;
+	argv += optind - 1;
+	if ((argc != 3 && argc != 4) || !cow_len) {
+usage:
+		fprintf(stderr, "usage: memstate [-c COW_MB] [-w WORKERS:MB] HEAP_MB OUTDIR [SHARED_MB]\n");
 		return 2;
 	}
 	page = sysconf(_SC_PAGESIZE);
@@ -187,7 +228,7 @@ int main(int argc, char **argv)
 	if (argc == 4)
 		memfd_len = shm_len = strtoul(argv[3], NULL, 10) * MiB;
 
-	/* Signals are taken by sigwait only; the child inherits the mask. */
+	/* Signals are taken by sigwait only; the children inherit the mask. */
 	sigemptyset(&set);
 	sigaddset(&set, SIGUSR1);
 	sigaddset(&set, SIGTERM);
@@ -211,21 +252,30 @@ int main(int argc, char **argv)
 	cow += page;
 	fill(cow, cow_len, 6UL << 40, 1);
 
-	/* Mapped before the fork: inherited by the child. */
+	/* Mapped before the forks: inherited by the children. */
 	if (pipe(ready))
 		fail("pipe");
-	child = fork();
-	if (child < 0)
-		fail("fork");
-	if (child == 0) {
+	for (i = 0; i <= nr_workers; i++) {
+		children[i] = fork();
+		if (children[i] < 0)
+			fail("fork");
+		if (children[i])
+			continue;
 		close(ready[0]);
-		fill(cow, cow_len, 7UL << 40, 4);
-		fill(shm + shm_len / 2, shm_len / 2, 8UL << 40, 1);
+		if (i == 0) {
+			fill(cow, cow_len, 7UL << 40, 2);
+			fill(shm + shm_len / 2, shm_len / 2, 8UL << 40, 1);
+			snprintf(role, sizeof(role), "child");
+		} else
+			snprintf(role, sizeof(role), "worker%d", i);
+		heap = NULL;
+		if (worker_len)
+			own_heap(worker_len, i, (9UL << 40) + ((uint64_t)i << 32));
 		close(ready[1]);
-		serve("child", 0);
+		serve(role, NULL, 0);
 	}
 	close(ready[1]);
-	/* Mapped after it: the parent's own, restored by CRIU's restorer. */
+	/* Mapped after them: the parent's own, restored by CRIU's restorer. */
 	heap = map(heap_len, MAP_PRIVATE | MAP_ANONYMOUS, -1);
 	fill(heap, heap_len, 1, 1);
 	sparse = map(sparse_len, MAP_PRIVATE | MAP_ANONYMOUS, -1);
@@ -239,13 +289,23 @@ int main(int argc, char **argv)
 		if (i % 2 && mprotect(smalls[i], 2 * page, PROT_READ))
 			fail("mprotect");
 	}
+	/* Every child closes its end when it is set up. */
 	if (read(ready[0], path, 1) < 0)
-		fail("waiting for the child");
+		fail("waiting for the children");
 	close(ready[0]);
+	snprintf(path, sizeof(path), "%s/roles", outdir);
+	f = fopen(path, "w");
+	if (!f)
+		fail(path);
+	fprintf(f, "parent\nchild\n");
+	for (i = 1; i <= nr_workers; i++)
+		fprintf(f, "worker%d\n", i);
+	if (fclose(f))
+		fail(path);
 	snprintf(path, sizeof(path), "%s/ready", outdir);
 	fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	if (fd < 0 || dprintf(fd, "%d\n", getpid()) < 0 || close(fd))
 		fail(path);
-	serve("parent", child);
+	serve("parent", children, 1 + nr_workers);
 	return 0;
 }
