@@ -3,7 +3,9 @@
 # page of a process with a 1 GB heap, sparse pages, many VMAs, 80 MiB each of
 # memfd and shared anonymous memory and COW pages after fork, through
 # containerd, with helpers filling it in parallel (restore.log says how
-# many); and a damaged pages image fails the restore cleanly instead of hanging.
+# many); a tree whose parent and child share half of a 512 MiB heap
+# copy-on-write still shares it after the restore; and a damaged pages image
+# fails the restore cleanly instead of hanging.
 #
 # tests/criu/memstate builds the process and reports a digest per region;
 # make test-criu runs CRIU's own zdtm memory tests.
@@ -93,6 +95,51 @@ threads() {
 		die "no task's private memory was filled by helper threads: $(grep -h Filling "$log" || echo "no 'Filling' in $log")"
 	grep -Eq 'Filling [0-9]+ MiB of shared memory in [0-9]+ chunks with ([2-9]|[1-9][0-9]+) processes' "$log" ||
 		die "no shared mapping was filled by helper processes: $(grep -h Filling "$log" || echo "no 'Filling' in $log")"
+}
+
+# tree_tasks PID: the processes and threads in PID's pid namespace (the
+# container's), as "N processes, M threads".
+tree_tasks() {
+	local ns p np=0 nt=0 n
+	ns=$(readlink "/proc/$1/ns/pid")
+	for p in /proc/[0-9]*; do
+		[ "$(readlink "$p/ns/pid" 2>/dev/null)" = "$ns" ] || continue
+		n=$(ls "$p/task" 2>/dev/null | wc -l)
+		[ "$n" -gt 0 ] || continue
+		np=$((np + 1)) nt=$((nt + n))
+	done
+	echo "$np processes, $nt threads"
+}
+
+@test "a copy-on-write tree restored through containerd keeps its shared pages shared" {
+	local d=$BATS_TEST_TMPDIR/ms
+	mkdir -p "$d/out"
+	cp "$MEMSTATE" "$d/"
+	# A 512 MiB heap written before the fork, of which the child rewrote
+	# every other page: 256 MiB stays shared copy-on-write between the two.
+	# CRIU premaps it in the parent, the child inherits it, and only the
+	# child's own pages may be copied.
+	run_nerdctl run -d --name ms -v "$d:/ms" "$BASE_IMAGE" /ms/memstate -c 512 16 /ms/out 8
+	wait_for "memstate to fill its memory" 120 test -s "$d/out/ready"
+	local before after pid tasks0 kb
+	before=$(both_reports "$d/out" "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" kill -s USR1 ms)
+	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' ms)
+	tasks0=$(tree_tasks "$pid")
+	is "$tasks0" "2 processes, 2 threads" "memstate's parent and child, one thread each"
+	# Both see the unwritten half shared (Shared_Clean + Shared_Dirty in
+	# smaps): at least 90% of 256 MiB, in KiB.
+	for kb in $(grep -o 'shared_kb [0-9]*' <<<"$before" | cut -d' ' -f2); do
+		[ "$kb" -ge 235929 ] || die "before the checkpoint only $kb KiB of cow is shared: $before"
+	done
+
+	# A checkpoint name of its own: nerdctl refuses ck1, the first test's ("already exists").
+	run_nerdctl checkpoint create ms ck-cow
+	run_nerdctl start --checkpoint ck-cow ms
+
+	after=$(both_reports "$d/out" "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" kill -s USR1 ms)
+	is "$after" "$before" "parent's and child's digests, and the KiB of cow each shares, after the restore"
+	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' ms)
+	is "$(tree_tasks "$pid")" "$tasks0" "the container's processes and threads: no fill helper is left"
 }
 
 # dump_memstate IMG HEAP_MB [SHARED_MB]: memstate outside containerd, in a
