@@ -22,14 +22,17 @@ def main(path):
         return statistics.median(s) if s else None
 
     f1, fn, fc = r["floor_1_thread"], r["floor_all_threads"], r["floor_cold_direct"]
-    nwarm = sum(1 for x in r["restores"] if x["shape"] == shapes[0]["shape"] and x["criu"] == "stock" and x["cache"] == "warm")
+
+    def count(cache):
+        return sum(1 for x in r["restores"] if x["shape"] == shapes[0]["shape"] and x["criu"] == "stock" and x["cache"] == cache)
+
     lines = [
         f"# CRIU restore: stock 4.2.1 vs criu-patches/ ({r['host']}, {r['cpus']} CPUs, {r['cpu']})",
         "",
         f"Shapes of {r['size_gib']} GiB each (tests/criu/memstate; {r['shared_mib_each']} MiB each of memfd and "
-        f"shared memory besides). Seconds are medians of {nwarm} warm restores each, and one cold (page "
-        "cache dropped); every restore's digests, per process and region, matched the dump, and COW pages "
-        "were shared as before.",
+        f"shared memory besides). Seconds are medians of {count('warm')} warm restores each and of {count('cold')} "
+        "cold ones (page cache dropped), in alternating order; every restore's digests, per process and region, "
+        "matched the dump, and COW pages were shared as before.",
         "",
     ]
     head = ["shape", "procs", "GB"]
@@ -52,7 +55,7 @@ def main(path):
         lines.append("| " + " | ".join(row) + " |")
 
     def fills(sh):
-        got = [re.match(r"Filling (\d+) MiB of (\w+) memory in \d+ chunks with (\d+) (\w+)", f) for f in sh.get("parallel_fills", [])]
+        got = [re.match(r"Filling (\d+) MiB of (premapped private|private|shared) memory.* with (\d+) (\w+)", f) for f in sh.get("parallel_fills", [])]
         return ", ".join(f"{m[1]} MiB {m[2]} by {m[3]} {m[4]}" for m in got if m) or "none"
 
     lines += [

@@ -16,8 +16,8 @@
 #         its own of G/4 GiB: an engine with an API server, a core and helpers
 # Each shape is dumped once; then each repetition restores the same images
 # with stock criu and with ours (and BENCH_CRIU_UPSTREAM's, if set), in
-# alternating order, from a warm page cache, and once each from a cold one
-# (caches dropped); every restore's digests (per process and region, COW
+# alternating order, from a warm page cache, and BENCH_CRIU_COLD times each
+# from a cold one (caches dropped); every restore's digests (per process and region, COW
 # pages still shared included) are checked against the dump, and the tree
 # killed again. The floors, from the first shape's largest pages image:
 # pagefill reading it with pread() into fresh anonymous memory by 1 and by
@@ -29,7 +29,7 @@
 #   BENCH_CRIU_SHAPES  which shapes, in order ("heap cow tree")
 #   BENCH_CRIU_SHARED_MB  size of its memfd and of its shared anonymous memory, each, in MiB (32)
 #   BENCH_REPS         warm repetitions (3)
-#   BENCH_CRIU_COLD    1: also one restore each with the page cache dropped (1)
+#   BENCH_CRIU_COLD    cold restores each, page cache dropped, alternating (1; 0: none)
 #   BENCH_CRIU_STOCK   stock criu (build/stock/bin/criu)
 #   BENCH_CRIU_UPSTREAM  another criu to restore with too, e.g. upstream 4.3 (none)
 #   BENCH_CRIU_DIR     work folder for the images (/var/tmp/rekindle-bench-criu)
@@ -50,6 +50,7 @@ dir=$(realpath -m "${BENCH_CRIU_DIR:-/var/tmp/rekindle-bench-criu}")
 out=$(realpath -m "${BENCH_OUT:-$root/build/bench}")
 [[ $gb =~ ^[1-9][0-9]*$ ]] || die "BENCH_CRIU_GB must be a positive integer"
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer"
+[[ $cold =~ ^[0-9]+$ ]] || die "BENCH_CRIU_COLD must be a number of cold restores"
 for c in "$stock" "$ours"; do
 	[ -x "$c" ] || die "$c is missing: run 'make bench-criu' (it builds both)"
 done
@@ -191,13 +192,16 @@ for shape in ${BENCH_CRIU_SHAPES:-heap cow tree}; do
 		((r % 2)) || order=$(tr ' ' '\n' <<<"$variants" | tac | xargs)
 		for v in $order; do restore "$shape" "$v" warm >>"$results"; done
 	done
-	if [ "$cold" = 1 ]; then
-		for v in $variants; do restore "$shape" "$v" cold >>"$results"; done
-	fi
+	for ((r = 1; r <= cold; r++)); do
+		note "$shape: cold restore $r of $cold"
+		order=$variants
+		((r % 2)) || order=$(tr ' ' '\n' <<<"$variants" | tac | xargs)
+		for v in $order; do restore "$shape" "$v" cold >>"$results"; done
+	done
 	# One more patched restore, untimed, that logs which fills went to
 	# helpers (pr_info, -v3: it would slow the timed ones, stock's too).
 	restore "$shape" patched warm-v3 >/dev/null
-	fills=$(grep -E 'Filling [0-9]+ MiB of (private|shared) memory in [0-9]+ chunks with ([2-9]|[1-9][0-9]+) ' \
+	fills=$(grep -E 'Filling [0-9]+ MiB of (premapped private|private|shared) memory[^ ]* .*in [0-9]+ chunks with ([2-9]|[1-9][0-9]+) ' \
 		"$dir/img/restore-patched.log" | sed 's/^.*Filling/Filling/' | jq -Rs 'split("\n") | map(select(. != ""))')
 	jq -c --argjson f "$fills" '.parallel_fills = $f' <<<"$shape_line" >>"$shapes_json"
 	grep -q '"same": false' "$results" && die "$shape: a restore changed the process's memory: see the diff above"

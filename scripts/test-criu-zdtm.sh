@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # test-criu-zdtm.sh SRCDIR: run CRIU's own memory tests (zdtm) against the
 # patched CRIU built in SRCDIR, three times: as the restore runs by default,
-# with CRIU_FAULT=139, which sends every task and shared mapping, however
-# small, through the parallel fills of criu-patches/0003 and 0004 (zdtm's
-# images are far below their 64 MiB threshold otherwise). A third run,
+# with CRIU_FAULT=139, which sends every task, shared mapping and premapped
+# or copy-on-write region, however small, through the parallel fills of
+# criu-patches/0003, 0004 and 0005 (zdtm's images are far below their
+# 64 MiB threshold otherwise); where the kernel tracks dirty memory, the
+# COW tests again with pre-dumps (images with a parent) and lazy pages. A third run,
 # with CRIU_FAULT=140, has the private fill's helpers wake the restorer
 # 100 ms before they exit, on tasks with several threads: criu reads their
 # thread set, and a helper still in /proc/PID/task fails the restore (BUG
@@ -67,9 +69,34 @@ run_zdtm CRIU_FAULT=139
 logs=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log 2>/dev/null)
 fills=$(grep -c 'Filling .* private memory .* with [2-9][0-9]* threads' <<<"$logs" || true)
 shared=$(grep -c 'Filling .* shared memory .* with [2-9][0-9]* processes' <<<"$logs" || true)
+cow=$(grep -c 'Filling .* premapped private memory, [1-9][0-9]* pages of it compared .* with [2-9][0-9]* processes' <<<"$logs" || true)
 [ "$fills" -gt 0 ] || die "zdtm: no restore filled private memory with helper threads (no 'Filling ... threads' in restore.log)"
 [ "$shared" -gt 0 ] || die "zdtm: no restore filled shared memory with helper processes (no 'Filling ... processes' in restore.log)"
-note "zdtm: helpers filled private memory in $fills restored tasks and shared memory in $shared mappings"
+[ "$cow" -gt 0 ] || die "zdtm: no restore compared copy-on-write memory with helper processes (no 'Filling ... premapped ... compared' in restore.log)"
+note "zdtm: helpers filled private memory in $fills restored tasks, shared memory in $shared mappings" \
+	"and compared copy-on-write memory in $cow tasks"
+
+# Images with a parent (pre-dump) need the kernel's dirty memory tracking
+# (soft-dirty), which the dev VM's kernel lacks; lazy pages need userfaultfd.
+cow_tests="cow00 cow01 maps01"
+if "$src/criu/criu" check --feature mem_dirty_track >/dev/null 2>&1; then
+	note "zdtm: $cow_tests with two pre-dumps (images with a parent), CRIU_FAULT=139"
+	rm -rf "$src/test/dump"
+	args=(--keep-img always --pre 2)
+	for t in $cow_tests; do args+=(-t "zdtm/static/$t"); done
+	(cd "$src/test" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin CRIU_FAULT=139 /usr/bin/python3 zdtm.py run \
+		"${args[@]}" -f ns --keep-going)
+	logs=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log 2>/dev/null)
+	grep -q 'Filling .* premapped private memory.* with [2-9][0-9]* processes' <<<"$logs" ||
+		die "zdtm: no restore from pre-dumped images filled premapped memory with helper processes"
+else
+	note "zdtm: no pre-dump run: this kernel has no dirty memory tracking (criu check --feature mem_dirty_track)"
+fi
+note "zdtm: $cow_tests with lazy pages, CRIU_FAULT=139 (zdtm skips the tests marked nolazy: cow00, cow01)"
+args=(--lazy-pages)
+for t in $cow_tests; do args+=(-t "zdtm/static/$t"); done
+(cd "$src/test" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin CRIU_FAULT=139 /usr/bin/python3 zdtm.py run \
+	"${args[@]}" -f ns --keep-going)
 
 note "zdtm: $threads with CRIU_FAULT=140 (helpers wake the restorer 100 ms before they exit)"
 rm -rf "$src/test/dump"

@@ -4,7 +4,8 @@
 # memfd and shared anonymous memory and COW pages after fork, through
 # containerd, with helpers filling it in parallel (restore.log says how
 # many); a tree whose parent and child share half of a 512 MiB heap
-# copy-on-write still shares it after the restore; and a damaged pages image
+# copy-on-write still shares it after the restore, the parent's heap filled
+# and the child's compared by helpers; and a damaged pages image
 # fails the restore cleanly instead of hanging.
 #
 # tests/criu/memstate builds the process and reports a digest per region;
@@ -140,16 +141,29 @@ tree_tasks() {
 	is "$after" "$before" "parent's and child's digests, and the KiB of cow each shares, after the restore"
 	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' ms)
 	is "$(tree_tasks "$pid")" "$tasks0" "the container's processes and threads: no fill helper is left"
+
+	# The parent filled the heap and the child compared it through helper
+	# processes (criu-patches/0005), not the serial loop.
+	local id log
+	id=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.ID}}' ms)
+	log=$(find "$RK_DIR" -path "*/$id/*" -name restore.log | head -1)
+	[ -n "$log" ] || die "no restore.log of container $id under $RK_DIR"
+	grep -Eq 'Filling [0-9]+ MiB of premapped private memory, 0 pages of it compared .* with ([2-9]|[1-9][0-9]+) processes' "$log" ||
+		die "the parent's premapped heap was not filled by helpers: $(grep -h Filling "$log" || echo "no 'Filling' in $log")"
+	grep -Eq 'Filling [0-9]+ MiB of premapped private memory, [1-9][0-9]* pages of it compared .* with ([2-9]|[1-9][0-9]+) processes' "$log" ||
+		die "the child's copy-on-write heap was not compared by helpers: $(grep -h Filling "$log" || echo "no 'Filling' in $log")"
 }
 
-# dump_memstate IMG HEAP_MB [SHARED_MB]: memstate outside containerd, in a
-# process group of its own (recorded for teardown), dumped by criu into IMG;
-# returns once the dumped tree has exited, its host pids in tree.
+# dump_memstate IMG [-c COW_MB] HEAP_MB [SHARED_MB]: memstate outside
+# containerd, in a process group of its own (recorded for teardown), dumped
+# by criu into IMG; returns once the dumped tree has exited, its host pids
+# in tree.
 dump_memstate() {
-	local img=$1 d=$BATS_TEST_TMPDIR/ms
+	local img=$1 d=$BATS_TEST_TMPDIR/ms opts=()
 	shift
+	[ "$1" != -c ] || { opts=(-c "$2"); shift 2; }
 	mkdir -p "$d/out" "$img"
-	setsid "$MEMSTATE" "$1" "$d/out" "${@:2}" </dev/null >"$d/log" 2>&1 &
+	setsid "$MEMSTATE" "${opts[@]}" "$1" "$d/out" "${@:2}" </dev/null >"$d/log" 2>&1 &
 	wait_for "memstate to fill its memory" 60 test -s "$d/out/ready"
 	cat "$d/out/ready" >"$BATS_TEST_TMPDIR/host-pgid"
 	tree=$(ps -o pid= -g "$(cat "$d/out/ready")")
@@ -179,6 +193,28 @@ dump_memstate() {
 		# count; init reaps them).
 		wait_for "no process of the failed restore left running" 10 gone $tree
 		# The next restore needs the pids back: wait for init to reap them.
+		wait_for "the failed restore's zombies to be reaped" 60 none_alive $tree
+	done
+}
+
+@test "a truncated copy-on-write pages image fails the restore, naming the image, with no process left" {
+	local img=$BATS_TEST_TMPDIR/img tree
+	# 256 MiB shared copy-on-write: the parent fills it premapped, the child
+	# compares it (criu-patches/0005), both through helpers.
+	dump_memstate "$img" -c 256 8
+	# The two largest pages images: the parent's and the child's.
+	local pages n=0
+	for pages in $(ls -S "$img"/pages-*.img | head -2); do
+		n=$((n + 1))
+		cp "$pages" "$pages.orig"
+		truncate -s -1M "$pages"
+		run_cmd '?' timeout 120 "$BIN/criu" restore -d -D "$img" -o "restore-$n.log" --restore-threads 2
+		mv "$pages.orig" "$pages"
+		[ "$status" -ne 0 ] || die "restore with a truncated $(basename "$pages") succeeded"
+		[ "$status" -ne 124 ] || die "restore with a truncated $(basename "$pages") hung (timeout)"
+		grep -q "$(basename "$pages") is shorter than its pagemap" "$img/restore-$n.log" ||
+			die "restore.log does not name $(basename "$pages"): $(grep Error "$img/restore-$n.log")"
+		wait_for "no process of the failed restore left running" 10 gone $tree
 		wait_for "the failed restore's zombies to be reaped" 60 none_alive $tree
 	done
 }
