@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # test-criu-zdtm.sh SRCDIR: run CRIU's own memory tests (zdtm) against the
-# patched CRIU built in SRCDIR, three times: as the restore runs by default,
+# patched CRIU built in SRCDIR, several times: as the restore runs by default,
 # with CRIU_FAULT=139, which sends every task, shared mapping and premapped
 # or copy-on-write region, however small, through the parallel fills of
 # criu-patches/0003, 0004 and 0005 (zdtm's images are far below their
-# 64 MiB threshold otherwise); where the kernel tracks dirty memory, the
-# COW tests again with pre-dumps (images with a parent) and lazy pages. A third run,
-# with CRIU_FAULT=140, has the private fill's helpers wake the restorer
+# 64 MiB threshold otherwise); the COW tests again with pre-dumps (images
+# with a parent), where the kernel tracks dirty memory, and with lazy pages,
+# still under CRIU_FAULT=139. A last run, with CRIU_FAULT=140, has the private fill's helpers wake the restorer
 # 100 ms before they exit, on tasks with several threads: criu reads their
 # thread set, and a helper still in /proc/PID/task fails the restore (BUG
 # in parse_threads) unless the restorer waits until it is gone.
