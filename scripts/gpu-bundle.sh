@@ -3,12 +3,13 @@
 # has a GPU but no network and no build tools: the stack's binaries
 # (stripped), CRIU's CUDA plugin, the shared libraries criu and jq need
 # beyond glibc, bats, and the GPU image tarballs. tests/gpu/run.sh unpacks it.
+# BUILDDIR (default build/) names the build folder to pack.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
 [ $# -eq 1 ] || die "usage: $0 OUT.tar.xz"
 root=$(dirname "$here")
-b=$root/build
+b=${BUILDDIR:-$root/build}
 out=$(realpath -m "$1")
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
