@@ -51,12 +51,12 @@ $(BASE_IMAGE_TAR): $(IMAGES_OUT)/.params-base $(IMAGES_SRC)/base/build.sh \
 	BASE_SUITE=$(BASE_SUITE) BASE_IMAGE_REF=$(BASE_IMAGE_REF) $(IMAGES_SRC)/base/build.sh $@
 
 $(CPU_ENGINE_IMAGE_TAR): $(BASE_IMAGE_TAR) $(IMAGES_OUT)/.params-cpu-engine \
-		$(IMAGES_SRC)/cpu-engine/build.sh $(IMAGES_SRC)/cpu-engine/server.py $(IMAGES_SRC)/lib.sh
+		$(IMAGES_SRC)/cpu-engine/build.sh $(IMAGES_SRC)/cpu-engine/server.py $(IMAGES_SRC)/engine_http.py $(IMAGES_SRC)/lib.sh
 	BASE_IMAGE_REF=$(BASE_IMAGE_REF) CPU_ENGINE_IMAGE_REF=$(CPU_ENGINE_IMAGE_REF) \
 		ENGINE_WEIGHTS_MB=$(ENGINE_WEIGHTS_MB) $(IMAGES_SRC)/cpu-engine/build.sh $(BASE_IMAGE_TAR) $@
 
 GPU_ENGINE_FILES := $(addprefix $(IMAGES_SRC)/gpu-engine/,build.sh server.py hf_model.py launch.sh host-python.sh cc) \
-		$(IMAGES_SRC)/weights/rekindle_weights.py $(IMAGES_SRC)/lib.sh
+		$(IMAGES_SRC)/engine_http.py $(IMAGES_SRC)/weights/rekindle_weights.py $(IMAGES_SRC)/lib.sh
 
 $(GPU_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-gpu-engine $(GPU_ENGINE_FILES)
 	GPU_ENGINE_IMAGE_REF=$(GPU_ENGINE_IMAGE_REF) \

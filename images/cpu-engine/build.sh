@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # build.sh BASE.tar OUT.tar: the CPU reference engine image, one layer on the
-# base image: /engine/server.py and ENGINE_WEIGHTS_MB MiB of seeded weights
-# (/engine/weights.bin + .sha256). Named rekindle.local/cpu-engine:latest.
+# base image: /engine/server.py, the HTTP side it shares with the GPU engine
+# (/engine/engine_http.py, images/engine_http.py) and ENGINE_WEIGHTS_MB MiB of
+# seeded weights (/engine/weights.bin + .sha256). Named
+# rekindle.local/cpu-engine:latest.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/../lib.sh"
@@ -21,6 +23,7 @@ mkdir -p "$work/layout" "$work/root/engine"
 
 note "weights: $mb MiB from a fixed seed"
 install -m 0755 "$here/server.py" "$work/root/engine/server.py"
+install -m 0644 "$here/../engine_http.py" "$work/root/engine/engine_http.py"
 python3 "$here/server.py" make-weights "$work/root/engine/weights.bin" "$mb" >/dev/null
 layer_tar "$work/root" "$work/layer.tar"
 
@@ -32,7 +35,7 @@ created=$(image_created)
 layout=$work/layout
 
 umoci raw add-layer --image "$layout:$base_tag" --tag "$tag" --history.created "$created" \
-	--history.created_by "rekindle images/cpu-engine: server.py + weights ($mb MiB)" "$work/layer.tar"
+	--history.created_by "rekindle images/cpu-engine: server.py, engine_http.py + weights ($mb MiB)" "$work/layer.tar"
 umoci config --image "$layout:$tag" --created "$created" --history.created "$created" \
 	--history.created_by "rekindle images/cpu-engine/build.sh" \
 	--config.env ENGINE_PORT=30000 --config.env ENGINE_WEIGHTS=/engine/weights.bin \

@@ -30,15 +30,16 @@ HTTP/1.0 (every connection closes after its response), logs to stdout.
 import ctypes
 import gc
 import hashlib
-import json
 import os
-import signal
 import sys
 import threading
 import time
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
+
+# images/engine_http.py: beside this file in the image, one folder up in the repo.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(_here if os.path.isfile(os.path.join(_here, "engine_http.py")) else os.path.dirname(_here))
+import engine_http  # noqa: E402
 
 WEIGHTS_SEED = b"rekindle-cpu-engine-weights-v1"
 CHUNK = 1 << 20
@@ -50,8 +51,8 @@ _V = "aeiouy"
 VOCAB = [_C[i % 16] + _V[(i // 16) % 6] + _C[(i * 7 + 3) % 16] for i in range(256)]
 
 
-def log(msg):
-    print(time.strftime("%Y-%m-%dT%H:%M:%S"), "engine:", msg, flush=True)
+log = engine_http.logger("engine")
+check = engine_http.check
 
 
 def make_weights(path, mb):
@@ -212,31 +213,9 @@ class Engine:
         return state
 
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"  # close after each response: no connection outlives a request
+class Handler(engine_http.JSONHandler):
     server_version = "rekindle-cpu-engine/1"
-    engine = None  # set by serve()
-
-    def log_message(self, fmt, *args):
-        log(f"{self.address_string()} {fmt % args}")
-
-    def _reply(self, code, body):
-        data = (json.dumps(body) + "\n").encode() if not isinstance(body, bytes) else body
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _body(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        if n == 0:
-            return {}
-        obj = json.loads(self.rfile.read(n))
-        if not isinstance(obj, dict):
-            raise ValueError("request body must be a JSON object")
-        return obj
+    log = staticmethod(log)
 
     def do_GET(self):
         e = self.engine
@@ -310,28 +289,7 @@ def serve():
         Handler.engine = Engine(weights, state_mb=state_mb, tick_ms=tick_ms)
     except (OSError, ValueError) as err:
         raise SystemExit(f"engine: cannot load weights: {err}")
-    httpd = ThreadingHTTPServer((host, port), Handler)
-    httpd.daemon_threads = True
-
-    # As PID 1 in a container, SIGTERM is ignored unless handled.
-    def stop(signum, _frame):
-        log(f"signal {signum}: shutting down")
-        threading.Thread(target=httpd.shutdown, daemon=True).start()
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
-    log(f"listening on {host}:{port}")
-    httpd.serve_forever(poll_interval=0.5)
-    httpd.server_close()
-    log("stopped")
-
-
-def check(url):
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return 0 if r.status == 200 else 1
-    except Exception as err:  # any failure means unhealthy
-        print(f"unhealthy: {url}: {err}", file=sys.stderr)
-        return 1
+    engine_http.serve(host, port, Handler)
 
 
 def main(argv):
@@ -341,8 +299,7 @@ def main(argv):
         print(make_weights(argv[2], int(argv[3])))
         return 0
     if len(argv) >= 2 and argv[1] == "check":
-        port = os.environ.get("ENGINE_PORT", "30000")
-        return check(argv[2] if len(argv) > 2 else f"http://127.0.0.1:{port}/health")
+        return engine_http.check_command(argv)
     if len(argv) > 1:
         raise SystemExit(__doc__)
     serve()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # build.sh OUT.tar: the GPU reference engine image, one layer: a static
 # busybox (the shell and tools launch.sh needs), /engine/{server.py,
-# hf_model.py,launch.sh,host-python.sh,rekindle_weights.py} and empty
+# engine_http.py,hf_model.py,launch.sh,host-python.sh,rekindle_weights.py} and empty
 # /weights and /rekindle/weights mount points. No Python
 # or PyTorch inside: the container runs the GPU host's, bound in at run
 # time (see README.md, host-python.sh), so the image stays about 1 MB and
@@ -50,6 +50,8 @@ for f in server.py launch.sh host-python.sh; do
 	install -m 0755 "$here/$f" "$root/engine/$f"
 done
 install -m 0644 "$here/hf_model.py" "$root/engine/hf_model.py"
+# The HTTP side both engines share (images/engine_http.py): server.py imports it from beside itself.
+install -m 0644 "$here/../engine_http.py" "$root/engine/engine_http.py"
 extra_env=()
 profile=sglang port=30000
 desc="GPU engine, $backend backend (PyTorch transformer, SGLang memory API); runs the host's Python+PyTorch"
@@ -99,7 +101,7 @@ umoci new --image "$layout:$tag"
 # gloo on loopback, one inductor compile thread, no hub access, and no .pyc
 # writes into the read-only host Python.
 umoci raw add-layer --image "$layout:$tag" --history.created "$created" \
-	--history.created_by "rekindle images/gpu-engine ($backend): busybox, server.py, hf_model.py, launch.sh, host-python.sh, rekindle_weights.py" "$work/layer.tar"
+	--history.created_by "rekindle images/gpu-engine ($backend): busybox, server.py, engine_http.py, hf_model.py, launch.sh, host-python.sh, rekindle_weights.py" "$work/layer.tar"
 umoci config --image "$layout:$tag" --created "$created" --history.created "$created" \
 	--history.created_by "rekindle images/gpu-engine/build.sh" \
 	--config.env PATH=/bin:/usr/bin \

@@ -61,14 +61,11 @@ import json
 import os
 import queue
 import re
-import signal
 import site
 import struct
 import sys
 import threading
 import time
-import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 T_MAIN = time.time()
 
@@ -79,6 +76,11 @@ _before = list(sys.path)
 for _d in filter(None, os.environ.get("ENGINE_SITE", "").split(":")):
     site.addsitedir(_d)
 sys.path[:] = [p for p in sys.path if p not in _before] + _before
+
+# images/engine_http.py: beside this file in the image, one folder up in the repo.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path.append(_here if os.path.isfile(os.path.join(_here, "engine_http.py")) else os.path.dirname(_here))
+import engine_http  # noqa: E402
 
 TAGS = ("weights", "kv_cache", "cuda_graph")  # SGLang's GPU memory types
 MAX_NEW_TOKENS = 4096
@@ -106,8 +108,8 @@ SET_STREAMS = 4
 RELOADS_KEPT = 20
 
 
-def log(msg):
-    print(time.strftime("%Y-%m-%dT%H:%M:%S"), "gpu-engine:", msg, flush=True)
+log = engine_http.logger("gpu-engine")
+check = engine_http.check
 
 
 def env_num(env, name, default, kind=float):
@@ -1121,31 +1123,9 @@ class Engine:
 
 # ---- HTTP -------------------------------------------------------------------------
 
-class Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.0"  # close after each response: no connection outlives a request
+class Handler(engine_http.JSONHandler):
     server_version = "rekindle-gpu-engine/1"
-    engine = None  # set by serve()
-
-    def log_message(self, fmt, *args):
-        log(f"{self.address_string()} {fmt % args}")
-
-    def _reply(self, code, body):
-        data = (json.dumps(body) + "\n").encode()
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("Connection", "close")
-        self.end_headers()
-        self.wfile.write(data)
-
-    def _body(self):
-        n = int(self.headers.get("Content-Length") or 0)
-        if n == 0:
-            return {}
-        obj = json.loads(self.rfile.read(n))
-        if not isinstance(obj, dict):
-            raise ValueError("request body must be a JSON object")
-        return obj
+    log = staticmethod(log)
 
     def do_GET(self):
         e = self.engine
@@ -1306,34 +1286,14 @@ def serve():
     log(f"pid {os.getpid()} python {sys.version.split()[0]} ({sys.executable}), port {port}")
     engine = Engine()
     Handler.engine = engine
-    httpd = ThreadingHTTPServer((host, port), Handler)
-    httpd.daemon_threads = True
-
-    def stop(signum, _frame):
-        log(f"signal {signum}: shutting down")
-        threading.Thread(target=httpd.shutdown, daemon=True).start()
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
 
     def watch():  # a failed start ends the process (after /health said why)
         engine.ready.wait()
         if engine.error:
             time.sleep(1)
             os._exit(1)
-    threading.Thread(target=watch, name="start-watch", daemon=True).start()
-    log(f"listening on {host}:{port}")
-    httpd.serve_forever(poll_interval=0.5)
-    httpd.server_close()
-    log("stopped")
-
-
-def check(url):
-    try:
-        with urllib.request.urlopen(url, timeout=5) as r:
-            return 0 if r.status == 200 else 1
-    except Exception as err:  # any failure means unhealthy
-        print(f"unhealthy: {url}: {err}", file=sys.stderr)
-        return 1
+    engine_http.serve(host, port, Handler,
+                      started=threading.Thread(target=watch, name="start-watch", daemon=True).start)
 
 
 def main(argv):
@@ -1353,8 +1313,7 @@ def main(argv):
         print(f"hook={hook}\nlibdir={libdir or ''}")
         return 0
     if cmd == "check":
-        port = os.environ.get("ENGINE_PORT", "30000")
-        return check(argv[2] if len(argv) > 2 else f"http://127.0.0.1:{port}/health")
+        return engine_http.check_command(argv)
     if cmd == "make-weights" and len(argv) <= 3:
         if len(argv) == 3:
             os.environ["ENGINE_WEIGHTS"] = argv[2]
