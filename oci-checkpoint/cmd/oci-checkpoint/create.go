@@ -38,6 +38,7 @@ var createCmd = &cli.Command{
 		&cli.StringFlag{Name: "work-dir", Usage: "where the checkpoint is assembled (needs room for it; default $TMPDIR)"},
 		&cli.StringFlag{Name: "compression", Value: checkpoint.CompressionNone, Usage: "checkpoint layer compression: none (fastest to write and restore) or zstd (smaller to push and pull)"},
 		&cli.StringFlag{Name: "fallback", Value: annotations.FallbackNone, Usage: "what a host that cannot restore the image does (CPU flags, GPUs, driver): cold starts the container afresh from its base image, none fails the restore"},
+		&cli.StringFlag{Name: "sign-key", Usage: "sign the image with this Ed25519 private key (PEM, PKCS#8: 'openssl genpkey -algorithm ed25519 -out FILE'), for hosts whose containerd requires a signature (checkpoint_restore_require_signature; see docs/operations.md, \"Restore policy\")"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no phases or progress, only errors (and --json's result)"},
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout"},
 	},
@@ -56,6 +57,13 @@ var createCmd = &cli.Command{
 			LeaveRunning: cc.Bool("leave-running"), WorkDir: cc.String("work-dir"), Progress: os.Stderr,
 			Compression: cc.String("compression"), Version: version, StopAtDump: cc.Bool("stop-at-dump"),
 			Fallback: cc.String("fallback"),
+		}
+		if f := cc.String("sign-key"); f != "" {
+			// Read before anything is done to the engine: a key that
+			// cannot sign fails the command at once.
+			if o.SignKey, err = checkpoint.LoadSigningKey(f); err != nil {
+				return cli.Exit(fmt.Sprintf("--sign-key: %v", err), 2)
+			}
 		}
 		if o.StopAtDump && o.LeaveRunning {
 			return cli.Exit("--stop-at-dump and --leave-running contradict each other: give one", 2)
@@ -103,6 +111,9 @@ var createCmd = &cli.Command{
 		if !quiet {
 			fmt.Fprintf(os.Stderr, "==> checkpoint: %s\n==> wrote %s (%s, %.1f MiB) in %.2fs\n",
 				phase.Summary(res.Phases), where, res.Digest, float64(res.Size)/(1<<20), time.Since(start).Seconds())
+			if id := res.Annotations[annotations.SignatureKey]; id != "" {
+				fmt.Fprintf(os.Stderr, "==> signed with key %s\n", id)
+			}
 		}
 		if cc.Bool("json") {
 			return printJSON(res)

@@ -75,6 +75,11 @@ func printReport(r *checkpoint.Report) {
 		fallback = annotations.FallbackNone
 	}
 	fmt.Printf("Fallback:    %s\n", fallback)
+	if id := r.Annotations[annotations.SignatureKey]; id != "" {
+		fmt.Printf("Signed by:   key %s (checked by a host that requires a signature, not here)\n", id)
+	} else {
+		fmt.Printf("Signed by:   nobody (oci-checkpoint sign --key FILE signs it)\n")
+	}
 	if r.Restorable {
 		fmt.Printf("This host:   can restore it\n")
 	} else {

@@ -29,7 +29,7 @@ func main() {
 			&cli.StringFlag{Name: "address", Aliases: []string{"a"}, Value: "/run/containerd/containerd.sock", EnvVars: []string{"CONTAINERD_ADDRESS"}, Usage: "containerd socket"},
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default", EnvVars: []string{"CONTAINERD_NAMESPACE"}, Usage: "containerd namespace"},
 		},
-		Commands: []*cli.Command{createCmd, inspectCmd, checkCmd, lsCmd, rmCmd},
+		Commands: []*cli.Command{createCmd, signCmd, inspectCmd, checkCmd, lsCmd, rmCmd},
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintln(os.Stderr, "oci-checkpoint: error:", err)

@@ -45,6 +45,17 @@ const (
 	LayerInPlace      = Prefix + "layer.in-place"
 	LayerInPlaceEROFS = "erofs"
 
+	// Signature and SignatureKey sign the manifest (oci-checkpoint create
+	// --sign-key, oci-checkpoint sign): Signature is "v1:" and the base64 of
+	// an Ed25519 signature of the v1 payload (pkg/checkpoint, sign.go: the
+	// config's and layers' descriptors and every other annotation),
+	// SignatureKey the key id, "sha256:" and the hex SHA-256 of the public
+	// key's DER (PKIX). A containerd whose policy requires a signature
+	// (checkpoint_restore_require_signature) restores only images signed by
+	// one of its keys.
+	Signature    = Prefix + "signature"
+	SignatureKey = Prefix + "signature.key"
+
 	// FormatVersion changes when the image layout changes incompatibly.
 	FormatVersion = "1"
 

@@ -5,6 +5,7 @@ package checkpoint
 
 import (
 	"context"
+	"crypto/ed25519"
 	"fmt"
 	"io"
 	"os"
@@ -58,6 +59,9 @@ type Options struct {
 	// image: annotations.FallbackCold records it on the manifest;
 	// annotations.FallbackNone or "" records nothing (the restore fails).
 	Fallback string
+	// SignKey, when set, signs the image's manifest (see sign.go): a host
+	// that requires a signature restores it only with the public key.
+	SignKey ed25519.PrivateKey
 	// Progress receives phase lines and, for long phases, progress as
 	// ProgressMode says.
 	Progress     io.Writer

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"bytes"
 	"context"
+	"crypto/ed25519"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -47,7 +48,7 @@ func writeImage(ctx context.Context, c *client.Client, name string, baseImg clie
 	if err != nil {
 		return ocispec.Descriptor{}, 0, err
 	}
-	mdesc, err := writeManifest(ctx, c.ContentStore(), cfg, layer, ann)
+	mdesc, err := writeManifest(ctx, c.ContentStore(), cfg, layer, ann, o.SignKey)
 	if err != nil {
 		return ocispec.Descriptor{}, 0, err
 	}
@@ -99,14 +100,18 @@ func writeConfig(ctx context.Context, cs content.Store, baseImg client.Image, di
 }
 
 // writeManifest writes the manifest, with gc labels that keep its config
-// and layer as long as it is kept.
-func writeManifest(ctx context.Context, cs content.Store, cfg, layer ocispec.Descriptor, ann map[string]string) (ocispec.Descriptor, error) {
+// and layer as long as it is kept, signed with key when one is given (the
+// signature annotations are added to ann).
+func writeManifest(ctx context.Context, cs content.Store, cfg, layer ocispec.Descriptor, ann map[string]string, key ed25519.PrivateKey) (ocispec.Descriptor, error) {
 	m := ocispec.Manifest{
 		Versioned:   specs.Versioned{SchemaVersion: 2},
 		MediaType:   ocispec.MediaTypeImageManifest,
 		Config:      cfg,
 		Layers:      []ocispec.Descriptor{layer},
 		Annotations: ann,
+	}
+	if key != nil {
+		SignManifest(&m, key)
 	}
 	mJSON, err := json.Marshal(m)
 	if err != nil {

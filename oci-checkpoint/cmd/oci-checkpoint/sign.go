@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"rekindle.local/oci-checkpoint/pkg/checkpoint"
+)
+
+var signCmd = &cli.Command{
+	Name:      "sign",
+	Usage:     "sign a checkpoint image in containerd's image store, for hosts whose containerd requires a signature",
+	ArgsUsage: "IMAGE",
+	Description: `Signs the manifest of IMAGE, a checkpoint image in containerd's image store (as
+'oci-checkpoint create' stores it, or pulled), with an Ed25519 private key, and stores
+the signed manifest under the same name. The signature covers the config's and layers'
+descriptors and every other annotation (see docs/operations.md, "Restore policy"); a
+signature the image had is replaced. The image's digest changes: push it again, and
+refer to it by the new digest (a reference by the old one names the unsigned manifest).
+
+Make a key pair with
+  openssl genpkey -algorithm ed25519 -out ckpt.key
+  openssl pkey -in ckpt.key -pubout -out ckpt.pub
+and give ckpt.pub to the restoring hosts (containerd's checkpoint_restore_keys).
+'oci-checkpoint create --sign-key FILE' signs as it creates.`,
+	Flags: []cli.Flag{
+		&cli.StringFlag{Name: "key", Required: true, Usage: "the Ed25519 private key, PEM (PKCS#8), as 'openssl genpkey -algorithm ed25519' writes it"},
+		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout"},
+	},
+	Action: func(cc *cli.Context) error {
+		if cc.NArg() != 1 {
+			return cli.Exit("usage: oci-checkpoint sign --key FILE IMAGE", 2)
+		}
+		key, err := checkpoint.LoadSigningKey(cc.String("key"))
+		if err != nil {
+			return cli.Exit(fmt.Sprintf("--key: %v", err), 2)
+		}
+		name, err := checkpoint.NormalizeName(cc.Args().First())
+		if err != nil {
+			return cli.Exit(err, 2)
+		}
+		c, ctx, cancel, err := connect(cc)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		defer c.Close()
+		res, err := checkpoint.Sign(ctx, c.ContentStore(), c.ImageService(), name, key)
+		if err != nil {
+			return err
+		}
+		if cc.Bool("json") {
+			return printJSON(res)
+		}
+		if res.Replaced != "" {
+			fmt.Fprintf(os.Stderr, "==> replaced its signature by key %s\n", res.Replaced)
+		}
+		fmt.Fprintf(os.Stderr, "==> signed %s with key %s\n==> its digest is now %s (was %s): push it again\n",
+			res.Image, res.KeyID, res.Digest, res.Previous)
+		return nil
+	},
+}
