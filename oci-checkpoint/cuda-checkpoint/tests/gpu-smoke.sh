@@ -6,32 +6,15 @@
 # /proc/driver), then moved back with a lone --device-map pair, which the
 # tool completes to the swap the driver accepts.
 set -u
+. "$(dirname "$0")/gpu-lib.sh"
 bin=${CUDA_CHECKPOINT:-$(cd "$(dirname "$0")/.." && pwd)/cuda-checkpoint}
 W=$(mktemp -d /tmp/cc-smoke.XXXXXX)
-bad=0
 
-uuid() { nvidia-smi --query-gpu=uuid --format=csv,noheader -i "$1"; }
-minor_of() { grep -l "$1" /proc/driver/nvidia/gpus/*/information | xargs grep 'Device Minor' | awk '{print $NF}'; }
 step() { echo "+ ${*#env }"; "$@"; local r=$?; echo "  rc=$r"; return $r; }
-where() { nvidia-smi --query-compute-apps=pid,gpu_uuid --format=csv,noheader | awk -F', ' -v p="$1" '$1 == p {print $2}'; }
-expect() { if [[ "$1" == "$2" ]]; then echo "  ok: $3"; else echo "  FAIL: $3: want '$2', got '$1'"; bad=1; fi; }
 
 U0=$(uuid 0) U1=$(uuid 1)
 echo "GPU0 $U0 (minor $(minor_of "$U0")), GPU1 $U1 (minor $(minor_of "$U1"))"
-cat >"$W/hold.py" <<'EOF'
-import os, sys, time, torch
-x = torch.full((1 << 28,), 1.0, device="cuda")  # 1 GiB that must survive
-i = 0
-while True:
-    i += 1
-    with open(sys.argv[1] + ".tmp", "w") as f:
-        f.write(f"{i} {x.sum().item()}\n")
-    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
-    time.sleep(0.2)
-EOF
-CUDA_VISIBLE_DEVICES=1 python3 "$W/hold.py" "$W/hb" </dev/null >"$W/hold.log" 2>&1 &
-pid=$!
-for _ in $(seq 100); do [[ -s $W/hb ]] && break; sleep 0.2; done
+hold "$W"
 echo "pid $pid heartbeat: $(cat "$W/hb")"
 expect "$(where $pid)" "$U1" "starts on GPU1"
 
@@ -53,10 +36,7 @@ round() { # $1: extra restore args/env, $2: GPU expected after
 
 echo "== round 1: automatic remap, recorded GPU1, container sees GPU0"
 fp=$W/proc
-mkdir -p "$fp/$pid/root/dev" "$fp/$pid/root/.rekindle"
-ln -s /proc/driver "$fp/driver"
-touch "$fp/$pid/root/dev/nvidia$(minor_of "$U0")"
-printf '[{"uuid": "%s", "pci_bus_id": "", "minor": %s}]\n' "$U1" "$(minor_of "$U1")" >"$fp/$pid/root/.rekindle/devices.json"
+fake_proc "$fp" $pid "$(printf '[{"uuid": "%s", "pci_bus_id": "", "minor": %s}]' "$U1" "$(minor_of "$U1")")"
 round "REKINDLE_PROC=$fp" "$U0"
 
 echo "== round 2: lone --device-map pair GPU0=GPU1, completed to the swap"
@@ -65,5 +45,4 @@ round "REKINDLE_DEVICE_MAP=$U0=$U1" "$U1"
 echo "== not a CUDA process"
 step "$bin" --get-restore-tid --pid $$ && bad=1
 kill $pid
-echo "== $([[ $bad == 0 ]] && echo PASS || echo FAIL)"
-[[ $bad == 0 ]]
+verdict
