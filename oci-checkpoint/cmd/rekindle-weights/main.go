@@ -5,23 +5,19 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 
+	"rekindle.local/oci-checkpoint/internal/cliapp"
 	"rekindle.local/oci-checkpoint/pkg/weights"
 )
 
 var version = "dev"
 
 func main() {
-	app := &cli.App{
+	cliapp.Run(&cli.App{
 		Name:    "rekindle-weights",
 		Usage:   "keep engine weight sets in shared memory, loaded once per host",
 		Version: version,
@@ -29,19 +25,11 @@ func main() {
 			&cli.StringFlag{Name: "socket", Value: "/run/rekindle-weights.sock", EnvVars: []string{"REKINDLE_WEIGHTS_SOCKET"}, Usage: "the service's API socket"},
 		},
 		Commands: []*cli.Command{serveCmd, loadCmd, listCmd, statusCmd, evictCmd, forgetCmd, hookCmd},
-	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "rekindle-weights: error:", err)
-		var ec cli.ExitCoder
-		if errors.As(err, &ec) {
-			os.Exit(ec.ExitCode())
-		}
-		os.Exit(1)
-	}
+	})
 }
 
 func client(cc *cli.Context) (*weights.Client, context.Context, context.CancelFunc) {
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := cliapp.SignalContext()
 	return weights.NewClient(cc.String("socket")), ctx, cancel
 }
 
@@ -50,12 +38,6 @@ func oneName(cc *cli.Context, usage string) (string, error) {
 		return "", cli.Exit("usage: rekindle-weights "+usage, 2)
 	}
 	return cc.Args().First(), nil
-}
-
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }
 
 func isTerminal(f *os.File) bool {

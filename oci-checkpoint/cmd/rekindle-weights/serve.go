@@ -7,13 +7,12 @@ import (
 	"log"
 	"net/http"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"rekindle.local/oci-checkpoint/internal/cliapp"
 	"rekindle.local/oci-checkpoint/pkg/weights"
 )
 
@@ -78,7 +77,7 @@ func serve(cc *cli.Context) error {
 		return err
 	}
 	srv := svc.Server()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := cliapp.SignalContext()
 	defer stop()
 	go func() {
 		<-ctx.Done()

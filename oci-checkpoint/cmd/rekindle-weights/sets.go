@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"rekindle.local/oci-checkpoint/internal/cliapp"
 	"rekindle.local/oci-checkpoint/pkg/weights"
 )
 
@@ -70,7 +71,7 @@ var listCmd = &cli.Command{
 			return err
 		}
 		if cc.Bool("json") {
-			return printJSON(sets)
+			return cliapp.PrintJSON(sets)
 		}
 		w := tabwriter.NewWriter(os.Stdout, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(w, "NAME\tSTATE\tSIZE\tLOADS\tMAPPED BY\tSOURCES")
@@ -99,7 +100,7 @@ var statusCmd = &cli.Command{
 			return err
 		}
 		if cc.Bool("json") {
-			return printJSON(s)
+			return cliapp.PrintJSON(s)
 		}
 		allow := strings.Join(s.Allow, " ")
 		switch {

@@ -1,0 +1,61 @@
+// Package cliapp is the main scaffolding the command-line programs share
+// (oci-checkpoint, rekindle-weights): running a urfave/cli app with its
+// error line and exit status, the context a command runs under, and JSON
+// output.
+package cliapp
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Run runs app on the process's arguments and exits as Main says: it
+// returns only when the app succeeded.
+func Run(app *cli.App) {
+	if code := Main(app, os.Args, os.Stderr); code != 0 {
+		os.Exit(code)
+	}
+}
+
+// Main runs app on args. An error is written to stderr as
+// "NAME: error: ERROR" and gives the status of the cli.ExitCoder it wraps,
+// else 1; success gives 0. (An unwrapped cli.Exit error has already ended
+// the process inside app.Run, through cli.OsExiter, with its message.)
+func Main(app *cli.App, args []string, stderr io.Writer) int {
+	err := app.Run(args)
+	if err == nil {
+		return 0
+	}
+	fmt.Fprintln(stderr, app.Name+": error:", err)
+	var ec cli.ExitCoder
+	if errors.As(err, &ec) {
+		return ec.ExitCode()
+	}
+	return 1
+}
+
+// SignalContext is a context canceled by SIGINT or SIGTERM; cancel stops
+// watching for them.
+func SignalContext() (ctx context.Context, cancel context.CancelFunc) {
+	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+}
+
+// PrintJSON writes v to stdout as indented JSON.
+func PrintJSON(v any) error {
+	return WriteJSON(os.Stdout, v)
+}
+
+// WriteJSON writes v to w as JSON indented by two spaces, with a newline.
+func WriteJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
