@@ -22,7 +22,11 @@
 # killed again. The floors, from the first shape's largest pages image:
 # pagefill reading it with pread() into fresh anonymous memory by 1 and by
 # all threads from the page cache, and by all threads with O_DIRECT from a
-# cold disk, in the same run.
+# cold disk, in the same run. The report gives each cold restore's rate
+# (pages images' bytes over the whole restore's seconds) as a share of that
+# last floor, and the read path the patched fills took (with O_DIRECT or
+# through the page cache: criu's --restore-direct-io, auto by default), from
+# one more untimed -v3 restore, cold where the run has cold restores.
 #
 # Environment:
 #   BENCH_CRIU_GB      size of each shape in GiB (2: a few minutes on a 2-core VM; 16 on the GPU box)
@@ -135,8 +139,8 @@ restore() {
 	[ "$name" = patched ] && criu=$ours
 	[ "$name" = upstream ] && criu=$upstream
 	local v=-v2
-	[ "$cache" = warm-v3 ] && v=-v3
-	if [ "$cache" = cold ]; then drop_caches; else cat "$dir"/img/pages-*.img >/dev/null; fi
+	[[ $cache = *-v3 ]] && v=-v3
+	if [[ $cache = cold* ]]; then drop_caches; else cat "$dir"/img/pages-*.img >/dev/null; fi
 	rm -f "$dir/restored.pid"
 	s=$(date +%s.%N)
 	# This restores into the host's pid namespace, where our CRIU uses helper
@@ -199,8 +203,12 @@ for shape in ${BENCH_CRIU_SHAPES:-heap cow tree}; do
 		for v in $order; do restore "$shape" "$v" cold >>"$results"; done
 	done
 	# One more patched restore, untimed, that logs which fills went to
-	# helpers (pr_info, -v3: it would slow the timed ones, stock's too).
-	restore "$shape" patched warm-v3 >/dev/null
+	# helpers and how they read the pages images (pr_info, -v3: it would
+	# slow the timed ones, stock's too); cold where the run has cold
+	# restores, so that it shows their read path (O_DIRECT or the page cache).
+	v3=warm-v3
+	((cold)) && v3=cold-v3
+	restore "$shape" patched "$v3" >/dev/null
 	fills=$(grep -E 'Filling [0-9]+ MiB of (premapped private|private|shared) memory[^ ]* .*in [0-9]+ chunks with ([2-9]|[1-9][0-9]+) ' \
 		"$dir/img/restore-patched.log" | sed 's/^.*Filling/Filling/' | jq -Rs 'split("\n") | map(select(. != ""))')
 	jq -c --argjson f "$fills" '.parallel_fills = $f' <<<"$shape_line" >>"$shapes_json"

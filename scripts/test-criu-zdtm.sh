@@ -9,7 +9,10 @@
 # still under CRIU_FAULT=139. A last run, with CRIU_FAULT=140, has the private fill's helpers wake the restorer
 # 100 ms before they exit, on tasks with several threads: criu reads their
 # thread set, and a helper still in /proc/PID/task fails the restore (BUG
-# in parse_threads) unless the restorer waits until it is gone.
+# in parse_threads) unless the restorer waits until it is gone. And the
+# memory tests again with CRIU_FAULT=141: every parallel fill, as small as
+# under 139, reads its pages image with O_DIRECT (criu-patches/0006), which
+# restore.log must say for private, shared and compared memory alike.
 #
 # zdtm runs most tests as an unprivileged user, and criu then needs
 # CAP_SYS_RESOURCE to read their rlimits (prlimit of another user's
@@ -108,3 +111,19 @@ logs=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log 2>/dev/null)
 late=$(grep -c 'Filling .* private memory .* with [2-9][0-9]* threads' <<<"$logs" || true)
 [ "$late" -gt 0 ] || die "zdtm: CRIU_FAULT=140 started no helper threads (no 'Filling ... threads' in restore.log)"
 note "zdtm: $late restored tasks outwaited helpers that left late"
+
+note "zdtm: ${tests//$'\n'/ } with CRIU_FAULT=141 (every parallel fill reads with O_DIRECT)"
+rm -rf "$src/test/dump"
+args=(--keep-img always)
+for t in $tests; do args+=(-t "zdtm/static/$t"); done
+run_zdtm CRIU_FAULT=141
+logs=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log 2>/dev/null)
+direct=$(grep -c 'Filling .* private memory .* with [2-9][0-9]* threads, reading pages-[0-9]*.img with O_DIRECT' <<<"$logs" || true)
+dshared=$(grep -c 'Filling .* shared memory .* with [2-9][0-9]* processes, reading pages-[0-9]*.img with O_DIRECT' <<<"$logs" || true)
+dcow=$(grep -c 'Filling .* premapped private memory, [1-9][0-9]* pages of it compared .* with [2-9][0-9]* processes, reading pages-[0-9]*.img with O_DIRECT' <<<"$logs" || true)
+[ "$direct" -gt 0 ] || die "zdtm: CRIU_FAULT=141 filled no private memory with O_DIRECT (no 'Filling ... with O_DIRECT' in restore.log)"
+[ "$dshared" -gt 0 ] || die "zdtm: CRIU_FAULT=141 filled no shared memory with O_DIRECT"
+[ "$dcow" -gt 0 ] || die "zdtm: CRIU_FAULT=141 compared no copy-on-write memory with O_DIRECT"
+! grep -q 'O_DIRECT reads of .* failed' <<<"$logs" ||
+	die "zdtm: an O_DIRECT read failed and fell back: $(grep -m1 'O_DIRECT reads of' <<<"$logs")"
+note "zdtm: O_DIRECT filled private memory in $direct tasks, shared memory in $dshared mappings, compared memory in $dcow tasks"

@@ -180,14 +180,22 @@ dump_memstate() {
 	pages=$(ls -S "$img"/pages-*.img | head -1)
 	truncate -s -1M "$pages"
 
-	# Serial (0002) and parallel (0003) fill alike; stock CRIU spins forever here.
+	# Serial (0002) and parallel (0003) fill alike, the latter through the
+	# page cache and with O_DIRECT (0006), last with the image also cut short
+	# of a page boundary (the O_DIRECT read there returns a part of a block,
+	# the rest goes through the cache); stock CRIU spins forever here.
 	local n
-	for n in 1 2; do
-		run_cmd '?' timeout 120 "$BIN/criu" restore -d -D "$img" -o "restore-$n.log" --restore-threads "$n"
+	for n in 1 2 2d 2o; do
+		local direct=()
+		[[ $n = 2[do] ]] && direct=(--restore-direct-io always)
+		[ "$n" != 2o ] || truncate -s -1000 "$pages"
+		run_cmd '?' timeout 120 "$BIN/criu" restore -d -D "$img" -o "restore-$n.log" --restore-threads "${n:0:1}" "${direct[@]}"
 		[ "$status" -ne 0 ] || die "restore of a truncated image succeeded"
 		[ "$status" -ne 124 ] || die "restore of a truncated image hung (timeout)"
 		run grep -o "$(basename "$pages") is shorter than its pagemap" "$img/restore-$n.log"
 		[ "$status" -eq 0 ] || die "restore.log does not name $(basename "$pages"): $(grep Error "$img/restore-$n.log")"
+		[ ${#direct[@]} -eq 0 ] || grep -q "reading $(basename "$pages") with O_DIRECT" "$img/restore-$n.log" ||
+			die "the --restore-direct-io always restore did not read $(basename "$pages") with O_DIRECT"
 		# criu kills what it restored, and may return while the SIGKILL is
 		# still landing: give the tree a few seconds to be dead (zombies
 		# count; init reaps them).
@@ -203,19 +211,28 @@ dump_memstate() {
 	# compares it (criu-patches/0005), both through helpers.
 	dump_memstate "$img" -c 256 8
 	# The two largest pages images: the parent's and the child's.
-	local pages n=0
+	# Each through the page cache and with O_DIRECT (criu-patches/0006), the
+	# latter also cut short of a page boundary (an O_DIRECT read that ends
+	# there returns a part of a block, and the rest goes through the cache).
+	local pages n=0 cut
 	for pages in $(ls -S "$img"/pages-*.img | head -2); do
+	for cut in 1M direct:1M direct:1000; do
 		n=$((n + 1))
+		local direct=()
+		[[ $cut = direct:* ]] && direct=(--restore-direct-io always)
 		cp "$pages" "$pages.orig"
-		truncate -s -1M "$pages"
-		run_cmd '?' timeout 120 "$BIN/criu" restore -d -D "$img" -o "restore-$n.log" --restore-threads 2
+		truncate -s "-${cut#direct:}" "$pages"
+		run_cmd '?' timeout 120 "$BIN/criu" restore -d -D "$img" -o "restore-$n.log" --restore-threads 2 "${direct[@]}"
 		mv "$pages.orig" "$pages"
 		[ "$status" -ne 0 ] || die "restore with a truncated $(basename "$pages") succeeded"
 		[ "$status" -ne 124 ] || die "restore with a truncated $(basename "$pages") hung (timeout)"
 		grep -q "$(basename "$pages") is shorter than its pagemap" "$img/restore-$n.log" ||
 			die "restore.log does not name $(basename "$pages"): $(grep Error "$img/restore-$n.log")"
+		[ ${#direct[@]} -eq 0 ] || grep -q "reading $(basename "$pages") with O_DIRECT" "$img/restore-$n.log" ||
+			die "the --restore-direct-io always restore did not read $(basename "$pages") with O_DIRECT"
 		wait_for "no process of the failed restore left running" 10 gone $tree
 		wait_for "the failed restore's zombies to be reaped" 60 none_alive $tree
+	done
 	done
 }
 
