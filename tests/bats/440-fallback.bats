@@ -82,6 +82,18 @@ fallback_event() {
 	grep "/tasks/restore-fallback.*\"$1\"" "$EVENTS" | head -1 | sed 's|.*/tasks/restore-fallback ||'
 }
 
+# fell_back_cold ID IMAGE WHY REASON: containerd logged that restoring
+# checkpoint IMAGE failed WHY (a grep pattern) and that it started cold from
+# its base image, and task ID's restore-fallback event (left in EV) names
+# IMAGE and gives REASON.
+fell_back_cold() {
+	logged "restoring checkpoint image $2 failed $3; starting cold from base image $ENGINE_IMAGE (fallback cold)"
+	EV=$(fallback_event "$1")
+	echo "event: $EV" >&2
+	is "$(jq -r '.labels["checkpoint.image"]' <<<"$EV")" "$2" "event: the checkpoint image"
+	[[ $(jq -r .labels.reasons <<<"$EV") == *"$4"* ]] || die "the event does not give the reason"
+}
+
 # started_cold PORT STARTED BEFORE: the engine on PORT was started anew
 # (its start time is not STARTED) and gives BEFORE, its greedy output from
 # before the checkpoint.
@@ -130,14 +142,9 @@ cri_started_cold() {
 	is "$(grep '^ENGINE_TICK_MS=' <<<"$output")" "ENGINE_TICK_MS=50" "the user's -e over the checkpoint's value"
 	is "$(grep '^REKINDLE_SET_AT=' <<<"$output")" "REKINDLE_SET_AT=checkpoint" "the checkpoint's own variable"
 
-	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000, which the checkpointed process may use; starting cold from base image $ENGINE_IMAGE (fallback cold)"
-	local ev
-	ev=$(fallback_event "$id")
-	echo "event: $ev" >&2
-	is "$(jq -r .image <<<"$ev")" "$ENGINE_IMAGE" "event: the base image"
-	is "$(jq -r '.labels["checkpoint.image"]' <<<"$ev")" "$image" "event: the checkpoint image"
-	is "$(jq -r .labels.fallback <<<"$ev")" "cold" "event: the fallback"
-	[[ $(jq -r .labels.reasons <<<"$ev") == *"lacks avx9000"* ]] || die "the event does not give the reason"
+	fell_back_cold "$id" "$image" "preflight: this host's CPU lacks avx9000, which the checkpointed process may use" "lacks avx9000"
+	is "$(jq -r .image <<<"$EV")" "$ENGINE_IMAGE" "event: the base image"
+	is "$(jq -r .labels.fallback <<<"$EV")" "cold" "event: the fallback"
 }
 
 @test "nerdctl run: an image this host cannot restore, made without --fallback, fails with the reason and leaves nothing running" {
@@ -177,12 +184,7 @@ cri_started_cold() {
 	wait_healthy "$port"
 	started_cold "$port" "$E_START" "$E_TEXT"
 	cri_started_cold "$image"
-	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000, which the checkpointed process may use; starting cold from base image $ENGINE_IMAGE (fallback cold)"
-	local ev
-	ev=$(fallback_event "$CTR")
-	echo "event: $ev" >&2
-	is "$(jq -r '.labels["checkpoint.image"]' <<<"$ev")" "$image" "event: the checkpoint image"
-	[[ $(jq -r .labels.reasons <<<"$ev") == *"lacks avx9000"* ]] || die "the event does not give the reason"
+	fell_back_cold "$CTR" "$image" "preflight: this host's CPU lacks avx9000, which the checkpointed process may use" "lacks avx9000"
 }
 
 @test "crictl: an image this host cannot restore, made without --fallback, fails CreateContainer with the reason" {
@@ -246,12 +248,7 @@ break_criu_images() {
 	run_nerdctl 1 exec cdst test -e /.rekindle/wake
 	is "$(run_nerdctl inspect cdst; jq -r '.[0].State.Status' <<<"$output")" "running" "container state"
 
-	logged "restoring checkpoint image $image failed in the runtime: the runtime failed to restore it: .*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
-	local ev
-	ev=$(fallback_event "$id")
-	echo "event: $ev" >&2
-	is "$(jq -r '.labels["checkpoint.image"]' <<<"$ev")" "$image" "event: the checkpoint image"
-	[[ $(jq -r .labels.reasons <<<"$ev") == *"the runtime failed to restore it"* ]] || die "the event does not give the reason"
+	fell_back_cold "$id" "$image" "in the runtime: the runtime failed to restore it: .*" "the runtime failed to restore it"
 }
 
 @test "nerdctl run in the foreground: a restore that CRIU fails, with --fallback cold, follows the cold start to its exit" {
@@ -321,13 +318,8 @@ rootfs_mounts() {
 	# failed restore applied (with the wake file) is gone.
 	started_cold "$port" "$E_START" "$E_TEXT"
 	cri_started_cold "$image"
-	logged "restoring checkpoint image $image failed in the runtime: the runtime failed to restore it: .*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
-	local ev
-	ev=$(fallback_event "$CTR")
-	echo "event: $ev" >&2
-	is "$(jq -r .image <<<"$ev")" "$ENGINE_IMAGE" "event: the base image"
-	is "$(jq -r '.labels["checkpoint.image"]' <<<"$ev")" "$image" "event: the checkpoint image"
-	[[ $(jq -r .labels.reasons <<<"$ev") == *"the runtime failed to restore it"* ]] || die "the event does not give the reason"
+	fell_back_cold "$CTR" "$image" "in the runtime: the runtime failed to restore it: .*" "the runtime failed to restore it"
+	is "$(jq -r .image <<<"$EV")" "$ENGINE_IMAGE" "event: the base image"
 
 	# Nothing of the failed restore is left: one task, one root filesystem
 	# mount, no hold on the extracted checkpoint; the pod's removal takes
