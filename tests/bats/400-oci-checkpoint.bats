@@ -52,6 +52,17 @@ status_of() {
 	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" cat /.rekindle/status 2>/dev/null
 }
 
+# checkpointed NAME IMAGE [--push]: an engine started as NAME, checkpointed
+# into IMAGE (and pushed to the registry, with --push), then removed.
+checkpointed() {
+	local port
+	port=$(free_port)
+	start_engine "$1" "$port"
+	ocicp create "$1" "$2"
+	[ "${3:-}" != --push ] || run_nerdctl push --insecure-registry "$2"
+	run_nerdctl rm -f "$1"
+}
+
 # no_container NAME: nerdctl knows no container NAME.
 no_container() {
 	run_nerdctl ps -a --format '{{.Names}}'
@@ -165,12 +176,8 @@ no_erofs_mounts() {
 }
 
 @test "inspect and check read the manifest, locally and from the registry" {
-	local port reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:inspect
-	port=$(free_port)
-	start_engine isrc "$port"
-	ocicp create isrc "$reg"
-	run_nerdctl push --insecure-registry "$reg"
-	run_nerdctl rm -f isrc
+	local reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:inspect
+	checkpointed isrc "$reg" --push
 
 	ocicp inspect --json "$reg"
 	is "$(jq -r .local <<<"$output")" "true" "found locally"
@@ -192,11 +199,8 @@ no_erofs_mounts() {
 }
 
 @test "checkpointctl inspects the checkpoint archive" {
-	local port image=rekindle.local/ckpt:interop layer
-	port=$(free_port)
-	start_engine csrc "$port"
-	ocicp create csrc "$image"
-	run_nerdctl rm -f csrc
+	local image=rekindle.local/ckpt:interop layer
+	checkpointed csrc "$image"
 	layer=$("$BIN/oci-checkpoint" inspect --json "$image" | jq -r .layer_digest)
 	"$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default content get "$layer" >"$BATS_TEST_TMPDIR/checkpoint.tar"
 
@@ -341,11 +345,8 @@ no_erofs_mounts() {
 }
 
 @test "check refuses an image that needs a CPU flag this host lacks" {
-	local port image=rekindle.local/ckpt:cpu crafted=rekindle.local/ckpt:needs-avx9000
-	port=$(free_port)
-	start_engine fsrc "$port"
-	ocicp create fsrc "$image"
-	run_nerdctl rm -f fsrc
+	local image=rekindle.local/ckpt:cpu crafted=rekindle.local/ckpt:needs-avx9000
+	checkpointed fsrc "$image"
 	run_nerdctl save -o "$BATS_TEST_TMPDIR/img.tar" "$image"
 	needs_avx9000 "$BATS_TEST_TMPDIR/img.tar" "$BATS_TEST_TMPDIR/crafted.tar" "$crafted"
 	run_nerdctl load -i "$BATS_TEST_TMPDIR/crafted.tar"
@@ -355,12 +356,8 @@ no_erofs_mounts() {
 }
 
 @test "a tampered layer is refused on pull and run, no container left" {
-	local port reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:tampered
-	port=$(free_port)
-	start_engine tsrc "$port"
-	ocicp create tsrc "$reg"
-	run_nerdctl push --insecure-registry "$reg"
-	run_nerdctl rm -f tsrc
+	local reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:tampered
+	checkpointed tsrc "$reg" --push
 	local layer
 	layer=$("$BIN/oci-checkpoint" inspect --json "$reg" | jq -r .layer_digest)
 	run_nerdctl rmi "$reg"
