@@ -9,9 +9,21 @@
 # (rekindle.local/...) and the tests' registries on loopback. Set it empty
 # to leave the option out, as a host without a policy has it: no checkpoint
 # image restores then.
+#
+# CONTAINERD_RESTORE_KEYS (a TOML list of PEM public key files) and
+# CONTAINERD_RESTORE_REQUIRE_SIGNATURE (true or false) set
+# checkpoint_restore_keys and checkpoint_restore_require_signature; unset,
+# the default, they are left out: no signature is required.
 set -euo pipefail
 dir=$1 bin=$2
 restore_images=${CONTAINERD_RESTORE_IMAGES-'["rekindle.local", "127.0.0.1:*"]'}
+restore_keys=${CONTAINERD_RESTORE_KEYS:-}
+require_signature=${CONTAINERD_RESTORE_REQUIRE_SIGNATURE:-}
+case "$require_signature" in '' | true | false) ;; *)
+	echo "containerd-config.sh: CONTAINERD_RESTORE_REQUIRE_SIGNATURE=$require_signature: want true or false" >&2
+	exit 2
+	;;
+esac
 cat <<TOML
 version = 4
 root = "$dir/root"
@@ -36,7 +48,11 @@ imports = []
   address = "$dir/containerd.sock.ttrpc"
 
 [plugins.'io.containerd.service.v1.tasks-service']
-$([ -n "$restore_images" ] && echo "  checkpoint_restore_images = $restore_images")
+$(
+	[ -z "$restore_images" ] || echo "  checkpoint_restore_images = $restore_images"
+	[ -z "$restore_keys" ] || echo "  checkpoint_restore_keys = $restore_keys"
+	[ -z "$require_signature" ] || echo "  checkpoint_restore_require_signature = $require_signature"
+)
 
 [plugins.'io.containerd.cri.v1.runtime']
   enable_cdi = true

@@ -11,6 +11,13 @@
 # The test configuration (scripts/containerd-config.sh) allows
 # rekindle.local and the loopback registries; the images "from elsewhere"
 # here are named elsewhere.example.com/..., made on this host all the same.
+#
+# The policy may also require a signature (checkpoint_restore_keys,
+# checkpoint_restore_require_signature): with containerd restarted so, an
+# image signed by oci-checkpoint with a listed key restores, and an
+# unsigned one, or one whose manifest annotation changed after signing, is
+# refused through nerdctl and CRI, naming the image and the option. The
+# key pair is made with openssl, as docs/operations.md says.
 
 load helpers
 load cri
@@ -32,6 +39,12 @@ teardown() {
 	for c in $("${n[@]}" ps -aq 2>/dev/null); do
 		"${n[@]}" rm -f "$c" >/dev/null 2>&1 || true
 	done
+	# A test that restarted containerd with another policy gets the
+	# file's back, also when it failed.
+	if [ -e "$BATS_FILE_TMPDIR/other-policy" ]; then
+		rm -f "$BATS_FILE_TMPDIR/other-policy"
+		restart_containerd
+	fi
 	true
 }
 
@@ -66,14 +79,68 @@ events_up() {
 }
 
 # restart_containerd: stop the file's containerd and start it again with a
-# configuration written afresh (CONTAINERD_RESTORE_IMAGES, as set, picks the
-# policy). Images, containers and pods stay in its root.
+# configuration written afresh (CONTAINERD_RESTORE_IMAGES,
+# CONTAINERD_RESTORE_KEYS and CONTAINERD_RESTORE_REQUIRE_SIGNATURE, as set,
+# pick the policy). Images, containers and pods stay in its root.
 restart_containerd() {
 	local pid
 	pid=$(cat "$RK_DIR/containerd.pid")
 	kill -TERM "$pid"
 	wait_for "containerd $pid to stop" 20 gone "$pid"
 	HTTPS_PROXY=$OFFLINE_PROXY HTTP_PROXY=$OFFLINE_PROXY NO_PROXY= stack_up
+}
+
+# make_keys: an Ed25519 key pair as an operator makes one, in $KEYS: the
+# signer's team.key (private), the hosts' team.pub.
+make_keys() {
+	command -v openssl >/dev/null || skip "openssl is not installed"
+	KEYS=$BATS_FILE_TMPDIR/keys
+	[ -f "$KEYS/team.pub" ] && return 0
+	mkdir -p "$KEYS"
+	openssl genpkey -algorithm ed25519 -out "$KEYS/team.key" 2>/dev/null || die "openssl cannot make an Ed25519 key"
+	openssl pkey -in "$KEYS/team.key" -pubout -out "$KEYS/team.pub" || die "openssl cannot write the public key"
+}
+
+# require_signature: restart containerd requiring a signature by $KEYS/team.pub.
+require_signature() {
+	touch "$BATS_FILE_TMPDIR/other-policy"
+	CONTAINERD_RESTORE_KEYS="[\"$KEYS/team.pub\"]" CONTAINERD_RESTORE_REQUIRE_SIGNATURE=true restart_containerd
+	logged "checkpoint restore policy: checkpoint images restore when their name matches .* and they are signed by one of the keys \[sha256:[0-9a-f]* ($KEYS/team.pub)\]"
+}
+
+# refused_by_signature OUTPUT IMAGE WHAT: OUTPUT is the signature policy's
+# error for checkpoint image IMAGE, naming the option and saying WHAT.
+refused_by_signature() {
+	local out=${1//\\\"/\"} image=$2 what=$3
+	[[ $out == *"checkpoint image $image may not be restored on this host"* ]] || die "the error does not name the image $image"
+	[[ $out == *"checkpoint_restore_require_signature in [plugins.'io.containerd.service.v1.tasks-service'] is true"* ]] ||
+		die "the error does not name the option"
+	[[ $out == *"$what"* ]] || die "the error does not say: $what"
+}
+
+# rewrite_manifest IN.tar OUT.tar NAME unsigned|changed: the signed
+# checkpoint image archive IN.tar as NAME, its signature removed, or kept
+# with an annotation changed (the CPU flags a host is checked against
+# dropped, as one would to pass the preflight).
+rewrite_manifest() {
+	oci_python - "$@" <<-'PY'
+		import sys
+		import oci_tar
+		src, dst, name, how = sys.argv[1:5]
+		index, a = oci_tar.read(src)
+		desc = index["manifests"][0]
+		man = a.get_json(desc["digest"])
+		ann = man["annotations"]
+		if "org.rekindle.signature" not in ann:
+		    sys.exit(src + " is not signed")
+		if how == "unsigned":
+		    del ann["org.rekindle.signature"], ann["org.rekindle.signature.key"]
+		else:
+		    ann["org.rekindle.cpu.flags"] = ""
+		desc.update(a.add_json(man))
+		desc["annotations"] = oci_tar.image_name(name)
+		a.write(dst, [desc])
+	PY
 }
 
 @test "nerdctl run: a checkpoint image outside the host's policy is refused, naming the image, the option and the fix; nothing is left" {
@@ -161,6 +228,7 @@ restart_containerd() {
 	ocicp create --quiet dsrc "$image"
 	run_nerdctl rm -f dsrc
 
+	touch "$BATS_FILE_TMPDIR/other-policy"
 	CONTAINERD_RESTORE_IMAGES= restart_containerd
 	logged "checkpoint restore policy: no checkpoint image restores (checkpoint_restore_images in .* is empty)"
 	run_nerdctl '?' run -d --name ddst -p "127.0.0.1:$port:30000" "$image"
@@ -172,5 +240,77 @@ restart_containerd() {
 
 	# A plain image still runs.
 	run_nerdctl run --rm "$BASE_IMAGE" true
-	restart_containerd
+}
+
+@test "nerdctl run with a signature required: a signed checkpoint image restores; an unsigned one, and one whose annotation changed after signing, are refused naming the image and the option; nothing is left" {
+	make_keys
+	local port image=rekindle.local/ckpt:signed tar=$BATS_TEST_TMPDIR/signed.tar
+	port=$(free_port)
+	start_engine gsrc "$port"
+	ocicp create --quiet --sign-key "$KEYS/team.key" --output "oci-archive:$tar" gsrc "$image"
+	run_nerdctl rm -f gsrc
+	rewrite_manifest "$tar" "$BATS_TEST_TMPDIR/unsigned.tar" rekindle.local/ckpt:unsigned unsigned
+	rewrite_manifest "$tar" "$BATS_TEST_TMPDIR/changed.tar" rekindle.local/ckpt:changed changed
+	local t
+	for t in signed unsigned changed; do
+		run_nerdctl load -i "$BATS_TEST_TMPDIR/$t.tar"
+	done
+	ocicp inspect "$image"
+	[[ $output == *"Signed by:   key sha256:"* ]] || die "inspect does not show the signer"
+
+	require_signature
+	local ctr=("$BIN/ctr" --address "$RK_DIR/containerd.sock")
+	for t in unsigned changed; do
+		run_nerdctl '?' run -d --name "${t}dst" -p "127.0.0.1:$port:30000" "rekindle.local/ckpt:$t"
+		[ "$status" -ne 0 ] || die "nerdctl run of the $t image succeeded"
+		case $t in
+		unsigned) refused_by_signature "$output" "rekindle.local/ckpt:$t" "the image is not signed (its manifest has no org.rekindle.signature annotation)" ;;
+		changed) refused_by_signature "$output" "rekindle.local/ckpt:$t" "$KEYS/team.pub) does not verify: its manifest's descriptors or annotations changed after it was signed" ;;
+		esac
+		run_nerdctl ps -q --filter "name=${t}dst"
+		is "$output" "" "no $t container running"
+		is "$("${ctr[@]}" tasks ls -q 2>/dev/null)" "" "no task after the $t image"
+		! engine GET "$port" /health 2>/dev/null || die "an engine answers on port $port"
+	done
+
+	# The signed one restores: the engine that was checkpointed answers.
+	run_nerdctl run -d --name gdst -p "127.0.0.1:$port:30000" "$image"
+	wait_for "the wake helper's status" 30 "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec gdst cat /.rekindle/status
+	wait_healthy "$port"
+	! grep -q "restoring checkpoint image $image .*starting cold" "$RK_DIR/containerd.log" || die "containerd started it cold"
+}
+
+@test "crictl with a signature required: an unsigned checkpoint image fails CreateContainer naming the image and the option; signed with oci-checkpoint sign, it restores" {
+	make_keys
+	local port image=rekindle.local/ckpt:cri-unsigned
+	port=$(free_port)
+	run_engine_pod ssrc "$ENGINE_IMAGE" "$port"
+	wait_healthy "$port"
+	run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port "$port" \
+		--output "oci-archive:$BATS_TEST_TMPDIR/image.tar" "$CTR" "$image"
+	cri_do rmp --force "$POD"
+	k8s_ctr images import "$BATS_TEST_TMPDIR/image.tar" >/dev/null 2>&1 || die "cannot import $image"
+
+	require_signature
+	local pod ctr err=$BATS_TEST_TMPDIR/create.err
+	pod=$(pod_config sdst)
+	ctr=$(engine_config "$image" "$port")
+	cri_do runp "$pod"
+	local podid=$output
+	! cri create "$podid" "$ctr" "$pod" 2>"$err" || die "crictl create of an unsigned checkpoint image succeeded"
+	cat "$err" >&2
+	refused_by_signature "$(cat "$err")" "$image" "the image is not signed"
+	is "$(cri ps -a -q 2>/dev/null)" "" "no container created"
+	! engine GET "$port" /health 2>/dev/null || die "an engine answers on port $port"
+
+	# Signed where it is (its digest changes, its ID does not), it restores.
+	local before
+	before=$(k8s_ctr images ls | awk -v n="$image" '$1 == n {print $3}')
+	run_cmd "$BIN/oci-checkpoint" -n k8s.io sign --key "$KEYS/team.key" "$image"
+	[[ $output == *"==> signed $image with key sha256:"* && $output == *"its digest is now sha256:"*"(was $before)"* ]] ||
+		die "sign does not say what it did"
+	[ "$(k8s_ctr images ls | awk -v n="$image" '$1 == n {print $3}')" != "$before" ] || die "the image's digest did not change"
+	cri_do create "$podid" "$ctr" "$pod"
+	cri_do start "$output"
+	wait_healthy "$port"
 }

@@ -14,11 +14,12 @@ var signCmd = &cli.Command{
 	Usage:     "sign a checkpoint image in containerd's image store, for hosts whose containerd requires a signature",
 	ArgsUsage: "IMAGE",
 	Description: `Signs the manifest of IMAGE, a checkpoint image in containerd's image store (as
-'oci-checkpoint create' stores it, or pulled), with an Ed25519 private key, and stores
-the signed manifest under the same name. The signature covers the config's and layers'
-descriptors and every other annotation (see docs/operations.md, "Restore policy"); a
-signature the image had is replaced. The image's digest changes: push it again, and
-refer to it by the new digest (a reference by the old one names the unsigned manifest).
+'oci-checkpoint create' stores it, or pulled), with an Ed25519 private key, and stores the
+signed manifest under the same name (and CRI's record of the image by its ID, in CRI's
+namespace). The signature covers the config's and layers' descriptors and every other
+annotation (see docs/operations.md, "Requiring a signature"); a signature the image had is
+replaced. The image's digest changes: push it again, and refer to it by the new digest (a
+reference by the old one names the unsigned manifest).
 
 Make a key pair with
   openssl genpkey -algorithm ed25519 -out ckpt.key
@@ -59,6 +60,9 @@ and give ckpt.pub to the restoring hosts (containerd's checkpoint_restore_keys).
 		}
 		fmt.Fprintf(os.Stderr, "==> signed %s with key %s\n==> its digest is now %s (was %s): push it again\n",
 			res.Image, res.KeyID, res.Digest, res.Previous)
+		for _, n := range res.Moved {
+			fmt.Fprintf(os.Stderr, "==> CRI's record of the image by its ID (%s) points at the signed manifest too\n", n)
+		}
 		return nil
 	},
 }

@@ -230,6 +230,9 @@ type SignResult struct {
 	Digest   string `json:"digest"`
 	// Replaced is the key id of a signature the image had, now replaced.
 	Replaced string `json:"replaced_key_id,omitempty"`
+	// Moved are the other records moved to the signed manifest: CRI's
+	// record of the image by its ID.
+	Moved []string `json:"moved,omitempty"`
 }
 
 // Sign signs the checkpoint image called name in the image store with key:
@@ -285,10 +288,22 @@ func Sign(ctx context.Context, cs content.Store, is images.Store, name string, k
 	if err := content.WriteBlob(ctx, cs, "rekindle-sign-"+randomID(), bytes.NewReader(out), desc, content.WithLabels(info.Labels)); err != nil {
 		return nil, fmt.Errorf("write the signed manifest of %s: %w", name, err)
 	}
+	old := img.Target.Digest
 	img.Target = desc
 	if _, err := is.Update(ctx, img, "target"); err != nil {
 		return nil, fmt.Errorf("point %s at its signed manifest: %w", name, err)
 	}
 	res.Digest = desc.Digest.String()
+	// CRI names an image by its ID (its config's digest) too, and a
+	// restore through CRI reads the manifest that record points at: it
+	// follows the signed manifest, as a pull of it through CRI would move
+	// it. Other names of the unsigned manifest are left as they are.
+	if id, err := is.Get(ctx, m.Config.Digest.String()); err == nil && id.Target.Digest == old {
+		id.Target = desc
+		if _, err := is.Update(ctx, id, "target"); err != nil {
+			return nil, fmt.Errorf("point CRI's record %s of %s at its signed manifest: %w", id.Name, name, err)
+		}
+		res.Moved = append(res.Moved, id.Name)
+	}
 	return res, nil
 }

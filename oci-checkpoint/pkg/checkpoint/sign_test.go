@@ -272,6 +272,10 @@ func TestSignStoredImage(t *testing.T) {
 	labels := map[string]string{"containerd.io/gc.ref.content.config": m.Config.Digest.String()}
 	desc := putBlob(t, cs, ocispec.MediaTypeImageManifest, raw, labels)
 	is["rekindle.local/ckpt:1"] = images.Image{Name: "rekindle.local/ckpt:1", Target: desc, Labels: map[string]string{"l": "v"}}
+	// CRI's records: by ID (moved with the name), by the old digest (kept).
+	id, pinned := m.Config.Digest.String(), "rekindle.local/ckpt@"+desc.Digest.String()
+	is[id] = images.Image{Name: id, Target: desc}
+	is[pinned] = images.Image{Name: pinned, Target: desc}
 
 	res, err := Sign(ctx, cs, is, "rekindle.local/ckpt:1", key)
 	if err != nil {
@@ -284,6 +288,12 @@ func TestSignStoredImage(t *testing.T) {
 	}
 	if img.Labels["l"] != "v" || img.Target.MediaType != ocispec.MediaTypeImageManifest {
 		t.Errorf("image record changed beyond its target: %+v", img)
+	}
+	if is[id].Target.Digest != img.Target.Digest || len(res.Moved) != 1 || res.Moved[0] != id {
+		t.Errorf("CRI's record by ID points at %s (moved %v), want the signed manifest", is[id].Target.Digest, res.Moved)
+	}
+	if is[pinned].Target.Digest != desc.Digest {
+		t.Errorf("the record by the old digest was moved")
 	}
 	got, err := content.ReadBlob(ctx, cs, img.Target)
 	if err != nil {
