@@ -187,7 +187,7 @@ dump_memstate() {
 	local n
 	for n in 1 2 2d 2o; do
 		local direct=()
-		[[ $n = 2[do] ]] && direct=(--restore-direct-io always)
+		[[ $n = 2[do] ]] && direct=(--restore-direct-io always -v3)
 		[ "$n" != 2o ] || truncate -s -1000 "$pages"
 		run_cmd '?' timeout 120 "$BIN/criu" restore -d -D "$img" -o "restore-$n.log" --restore-threads "${n:0:1}" "${direct[@]}"
 		[ "$status" -ne 0 ] || die "restore of a truncated image succeeded"
@@ -219,7 +219,7 @@ dump_memstate() {
 	for cut in 1M direct:1M direct:1000; do
 		n=$((n + 1))
 		local direct=()
-		[[ $cut = direct:* ]] && direct=(--restore-direct-io always)
+		[[ $cut = direct:* ]] && direct=(--restore-direct-io always -v3)
 		cp "$pages" "$pages.orig"
 		truncate -s "-${cut#direct:}" "$pages"
 		run_cmd '?' timeout 120 "$BIN/criu" restore -d -D "$img" -o "restore-$n.log" --restore-threads 2 "${direct[@]}"
