@@ -78,6 +78,11 @@ link-remap" "runc's CRIU configuration (what vLLM needs)"
 	grep -qx "  checkpoint_restore_images = \[\]" "$PROV_ROOT/etc/containerd/conf.d/rekindle.toml" || die "drop-in sets a restore policy by default"
 	grep -qx "  enable_experimental_restore_via_create = false" "$PROV_ROOT/etc/containerd/conf.d/rekindle.toml" ||
 		die "drop-in turns CRI's restore via create on without a policy"
+	# No signature required by default, no keys installed.
+	grep -qx "  checkpoint_restore_keys = \[\]" "$PROV_ROOT/etc/containerd/conf.d/rekindle.toml" || die "drop-in lists restore keys by default"
+	grep -qx "  checkpoint_restore_require_signature = false" "$PROV_ROOT/etc/containerd/conf.d/rekindle.toml" ||
+		die "drop-in requires a signature by default"
+	[ ! -e "$PROV_ROOT/etc/rekindle/keys" ] || die "restore keys installed by default"
 	# Not a systemd host, or a staged install: nothing was enabled or started.
 	is "$output" "~TASK \[systemd : Enable and start the services\] \*+[[:space:]]+skipping" "services left alone"
 	# The health check started the installed containerd on a private socket.
@@ -197,8 +202,15 @@ tree_sums() {
 	dropin=$k/root/etc/containerd/conf.d/rekindle.toml
 	cp "$config" "$k/before.toml"
 
-	# A node with a restore policy: CRI's restore via create is on.
-	local policy='{"containerd_restore_images": ["registry.example.internal/inference"]}'
+	# A node with a restore policy requiring a signature by team.pub (made
+	# as docs/operations.md says): CRI's restore via create is on, the key
+	# is installed under /etc/rekindle/keys.
+	mkdir -p "$k/controller"
+	openssl genpkey -algorithm ed25519 -out "$k/controller/team.key" 2>/dev/null || die "openssl cannot make an Ed25519 key"
+	openssl pkey -in "$k/controller/team.key" -pubout -out "$k/controller/team.pub"
+	local policy
+	policy=$(jq -nc --arg key "$k/controller/team.pub" '{containerd_restore_images: ["registry.example.internal/inference"],
+		containerd_restore_keys: [$key], containerd_restore_require_signature: true}')
 	playbook --check --tags containerd -e "rekindle_root=$k/root" -e "$policy"
 	is "$(recap failed)" "0" "failed tasks in check mode"
 	cmp "$k/before.toml" "$config" || die "check mode changed $config"
@@ -216,7 +228,9 @@ tree_sums() {
 		"config_path = '$k/root/etc/containerd/certs.d'" \
 		"BinaryName = '$PROV_PREFIX/bin/runc'" "enable_cdi = true" "enable_criu = true" \
 		"enable_experimental_restore_via_create = true" "'io.containerd.timeout.task.state' = '120s'" \
-		"checkpoint_restore_images = ['registry.example.internal/inference']"
+		"checkpoint_restore_images = ['registry.example.internal/inference']" \
+		"checkpoint_restore_keys = ['$k/root/etc/rekindle/keys/team.pub']" "checkpoint_restore_require_signature = true"
+	cmp "$k/controller/team.pub" "$k/root/etc/rekindle/keys/team.pub" || die "the restore key is not installed"
 
 	tree_sums "$k/root" >"$k/after-first"
 	playbook --tags containerd -e "rekindle_root=$k/root" -e "$policy"
@@ -240,6 +254,9 @@ tree_sums() {
 	is "$(jq -c '.config.cni.binDirs' <<<"$info")" '["/opt/cni/bin"]' "CRI's CNI plugin directories"
 	is "$(jq -c '.config | [.enableCDI, .enableCRIU, .enableExperimentalRestoreViaCreate]' <<<"$info")" \
 		"[true,true,true]" "CRI: CDI, CRIU, restore via create"
+	# The tasks service read the installed key: the policy requires a signature by it.
+	grep -q "checkpoint restore policy: .*signed by one of the keys \[sha256:[0-9a-f]* ($k/root/etc/rekindle/keys/team.pub)\]" "$k/rk/containerd.log" ||
+		die "containerd's restore policy does not require a signature by the installed key"
 	run_cmd "$bin/ctr" --address "$sock" images import --all-platforms "$IMAGES/base.tar"
 	run_cmd "$bin/ctr" --address "$sock" run --rm "$BASE_IMAGE" kubeadm-check python3 -c 'print(6 * 7)'
 	local out=${lines[-1]}
