@@ -63,6 +63,17 @@ checkpointed() {
 	run_nerdctl rm -f "$1"
 }
 
+# restored NAME PORT IMAGE WHAT [RUN FLAGS...]: nerdctl run (with RUN FLAGS)
+# restores IMAGE as container NAME on host port PORT, and its wake helper
+# says it resumed the engine (checked as WHAT).
+restored() {
+	local name=$1 port=$2 image=$3 what=$4
+	shift 4
+	run_nerdctl run -d "$@" --name "$name" -p "127.0.0.1:$port:30000" "$image"
+	wait_for "the wake helper's status" 30 status_of "$name"
+	is "$(jq -r .outcome <<<"$(status_of "$name")")" "resumed" "$what"
+}
+
 # no_container NAME: nerdctl knows no container NAME.
 no_container() {
 	run_nerdctl ps -a --format '{{.Names}}'
@@ -156,9 +167,7 @@ no_erofs_mounts() {
 			stack_up
 		fi
 		port=$(free_port)
-		run_nerdctl run -d --name "ipdst$p" -p "127.0.0.1:$port:30000" "$image"
-		wait_for "the wake helper's status" 30 status_of "ipdst$p"
-		is "$(jq -r .outcome <<<"$(status_of "ipdst$p")")" "resumed" "helper outcome, restore $p"
+		restored "ipdst$p" "$port" "$image" "helper outcome, restore $p"
 		is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after restore $p"
 	done
 	is "$(grep -c "checkpoint layer $layer, read in place through its EROFS tar index" "$RK_DIR/containerd.log")" "1" "layer read in place"
@@ -267,9 +276,7 @@ no_erofs_mounts() {
 	is "$(jq -r '.layers[0].annotations' <<<"$manifest")" "null" "no in-place annotation on a compressed layer"
 	run_nerdctl rm -f zsrc
 	port=$(free_port)
-	run_nerdctl run -d --name zdst -p "127.0.0.1:$port:30000" "$image"
-	wait_for "the wake helper's status" 30 status_of zdst
-	is "$(jq -r .outcome <<<"$(status_of zdst)")" "resumed" "helper outcome"
+	restored zdst "$port" "$image" "helper outcome"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after a restore from a zstd layer"
 	run_nerdctl rm -f zdst
 	run_nerdctl rmi "$image"
@@ -416,9 +423,7 @@ no_erofs_mounts() {
 
 	run_nerdctl load -i "$archive"
 	port=$(free_port)
-	run_nerdctl run -d --name adst -p "127.0.0.1:$port:30000" "$image"
-	wait_for "the wake helper's status" 30 status_of adst
-	is "$(jq -r .outcome <<<"$(status_of adst)")" "resumed" "helper outcome"
+	restored adst "$port" "$image" "helper outcome"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after restore"
 	run_nerdctl rm -f adst
 
@@ -436,9 +441,7 @@ no_erofs_mounts() {
 	start0=$(state_of "$port" start_time)
 	ocicp create gen0 "$img1"
 	run_nerdctl rm -f gen0
-	run_nerdctl run -d --name gen1 -p "127.0.0.1:$port:30000" "$img1"
-	wait_for "the wake helper's status" 30 status_of gen1
-	is "$(jq -r .outcome <<<"$(status_of gen1)")" "resumed" "first restore"
+	restored gen1 "$port" "$img1" "first restore"
 	c0=$(state_of "$port" counter)
 
 	# The restored container runs the checkpoint image, and its files live
@@ -450,9 +453,7 @@ no_erofs_mounts() {
 	is "$(jq -r .base_image <<<"{$json")" "$ENGINE_IMAGE" "the second checkpoint's base image"
 	run_nerdctl rm -f gen1
 	run_nerdctl rmi "$img1"
-	run_nerdctl run -d --name gen2 -p "127.0.0.1:$port:30000" "$img2"
-	wait_for "the wake helper's status" 30 status_of gen2
-	is "$(jq -r .outcome <<<"$(status_of gen2)")" "resumed" "second restore"
+	restored gen2 "$port" "$img2" "second restore"
 	is "$(state_of "$port" start_time)" "$start0" "the same engine process, twice restored"
 	[ "$(state_of "$port" counter)" -ge "$c0" ] || die "counter went back"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after the second restore"
@@ -479,9 +480,7 @@ no_erofs_mounts() {
 	# A host that has neither image by name: the restore pulls both, the base
 	# on demand (containerd-patches/0003), which leaves no image record.
 	run_nerdctl rmi "$reg" "$base"
-	run_nerdctl run -d --insecure-registry --name fr1 -p "127.0.0.1:$port:30000" "$reg"
-	wait_for "the wake helper's status" 30 status_of fr1
-	is "$(jq -r .outcome <<<"$(status_of fr1)")" "resumed" "restore on a host without the base image"
+	restored fr1 "$port" "$reg" "restore on a host without the base image" --insecure-registry
 	run_nerdctl 1 image inspect "$base"
 
 	ocicp create --json fr1 "$again"
@@ -489,9 +488,7 @@ no_erofs_mounts() {
 	is "$(jq -r .base_image <<<"{$json")" "$base" "the new checkpoint's base image"
 	is "$(jq -r '.annotations."org.criu.checkpoint.rootfsImageID"' <<<"{$json")" "$digest" "the base's digest, as the first checkpoint recorded it"
 	run_nerdctl rm -f fr1
-	run_nerdctl run -d --name fr2 -p "127.0.0.1:$port:30000" "$again"
-	wait_for "the wake helper's status" 30 status_of fr2
-	is "$(jq -r .outcome <<<"$(status_of fr2)")" "resumed" "restore of the second checkpoint"
+	restored fr2 "$port" "$again" "restore of the second checkpoint"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after both restores"
 	run_nerdctl rm -f fr2
 }
