@@ -9,6 +9,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"rekindle.local/oci-checkpoint/internal/cliapp"
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/checkpoint"
 	"rekindle.local/oci-checkpoint/pkg/engine"
@@ -116,7 +117,7 @@ var createCmd = &cli.Command{
 			}
 		}
 		if cc.Bool("json") {
-			return printJSON(res)
+			return cliapp.PrintJSON(res)
 		}
 		return nil
 	},

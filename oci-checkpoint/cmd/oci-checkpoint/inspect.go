@@ -7,6 +7,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"rekindle.local/oci-checkpoint/internal/cliapp"
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/checkpoint"
 	"rekindle.local/oci-checkpoint/pkg/phase"
@@ -105,7 +106,7 @@ var inspectCmd = &cli.Command{
 			return err
 		}
 		if cc.Bool("json") {
-			return printJSON(r)
+			return cliapp.PrintJSON(r)
 		}
 		printReport(r)
 		return nil
@@ -140,7 +141,7 @@ var checkCmd = &cli.Command{
 			return cli.Exit(fmt.Sprintf("could not check: %v", err), checkCouldNotRun)
 		}
 		if cc.Bool("json") {
-			if err := printJSON(r); err != nil {
+			if err := cliapp.PrintJSON(r); err != nil {
 				return err
 			}
 		}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"rekindle.local/oci-checkpoint/internal/cliapp"
 	"rekindle.local/oci-checkpoint/pkg/checkpoint"
 )
 
@@ -33,7 +34,7 @@ var lsCmd = &cli.Command{
 		}
 		switch {
 		case cc.Bool("json"):
-			return printJSON(entries)
+			return cliapp.PrintJSON(entries)
 		case cc.Bool("quiet"):
 			for _, e := range entries {
 				fmt.Println(e.Name)

@@ -5,17 +5,15 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/urfave/cli/v2"
+
+	"rekindle.local/oci-checkpoint/internal/cliapp"
 )
 
 var version = "dev"
@@ -31,14 +29,7 @@ func main() {
 		},
 		Commands: []*cli.Command{createCmd, signCmd, inspectCmd, checkCmd, lsCmd, rmCmd},
 	}
-	if err := app.Run(os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "oci-checkpoint: error:", err)
-		var ec cli.ExitCoder
-		if errors.As(err, &ec) {
-			os.Exit(ec.ExitCode())
-		}
-		os.Exit(1)
-	}
+	cliapp.Run(app)
 }
 
 func connect(cc *cli.Context) (*client.Client, context.Context, context.CancelFunc, error) {
@@ -50,13 +41,7 @@ func connect(cc *cli.Context) (*client.Client, context.Context, context.CancelFu
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connect to containerd at %s: %w", addr, err)
 	}
-	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, cancel := cliapp.SignalContext()
 	ctx = namespaces.WithNamespace(ctx, cc.String("namespace"))
 	return c, ctx, cancel, nil
-}
-
-func printJSON(v any) error {
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(v)
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"rekindle.local/oci-checkpoint/internal/cliapp"
 	"rekindle.local/oci-checkpoint/pkg/checkpoint"
 )
 
@@ -53,7 +54,7 @@ and give ckpt.pub to the restoring hosts (containerd's checkpoint_restore_keys).
 			return err
 		}
 		if cc.Bool("json") {
-			return printJSON(res)
+			return cliapp.PrintJSON(res)
 		}
 		if res.Replaced != "" {
 			fmt.Fprintf(os.Stderr, "==> replaced its signature by key %s\n", res.Replaced)
