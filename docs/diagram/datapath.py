@@ -61,6 +61,8 @@ PATCHES = {
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
     "k-private": ("criu-patches", "restore-fill-private-memory-with-parallel-threads"),
     "k-shared": ("criu-patches", "shmem-fill-shared-memory-content-in-parallel"),
+    "k-cow": ("criu-patches", "mem-fill-premapped-private-memory-and-compare-copy"),
+    "k-direct": ("criu-patches", "mem-read-pages-images-with-O_DIRECT"),
 }
 
 
@@ -175,9 +177,11 @@ BOXES = [
       P("r-lo", "loopback up")]),
     ("CRIU parallel fill",
      "CRIU restores the process tree; helper threads fill private memory, helper processes shared "
-     "memory (memfd, shared anonymous, SysV), one per CPU up to 16; a short or unreadable pages image "
-     "fails the restore.",
+     "memory (memfd, shared anonymous, SysV) and premapped, copy-on-write memory, one per CPU up to 16, "
+     "reading with O_DIRECT when the images are not cached; a short or unreadable pages image fails "
+     "the restore.",
      [P("k-private", "private memory"), P("k-shared", "shared memory"),
+      P("k-cow", "premapped and copy-on-write memory"), P("k-direct", "O_DIRECT from a cold cache"),
       P("k-shmem-err", "unreadable shared pages fail"), P("k-truncated", "truncated image fails")]),
     ("CUDA restore",
      "CRIU's CUDA plugin runs cuda-checkpoint again: the GPU state goes back onto the GPUs CDI gave the "
