@@ -35,9 +35,15 @@ func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec
 		return err
 	}
 	// The helper runs as the container's user and writes its pid and
-	// status beside itself.
-	if u := spec.Process.User; u.UID != 0 {
-		if err := root.ChownDir(wake.Dir, int(u.UID), int(u.GID)); err != nil {
+	// status beside itself; the folder belongs to that user as the host
+	// sees it (through the user namespace's maps, where there is one).
+	u := spec.Process.User
+	var uidMaps, gidMaps []specs.LinuxIDMapping
+	if spec.Linux != nil {
+		uidMaps, gidMaps = spec.Linux.UIDMappings, spec.Linux.GIDMappings
+	}
+	if uid, gid := hostID(u.UID, uidMaps), hostID(u.GID, gidMaps); uid != 0 || gid != 0 {
+		if err := root.ChownDir(wake.Dir, int(uid), int(gid)); err != nil {
 			return err
 		}
 	}
@@ -50,6 +56,17 @@ func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec
 		return fmt.Errorf("start the wake helper: %w", err)
 	}
 	return nil
+}
+
+// hostID is the host's id for id inside a user namespace with maps; the
+// same id where there are none, or where no map holds it.
+func hostID(id uint32, maps []specs.LinuxIDMapping) uint32 {
+	for _, m := range maps {
+		if id >= m.ContainerID && id-m.ContainerID < m.Size {
+			return m.HostID + id - m.ContainerID
+		}
+	}
+	return id
 }
 
 // resume brings a quiesced engine back: through the helper (write the wake

@@ -226,3 +226,41 @@ func TestReadFileCapsWhatItReads(t *testing.T) {
 		t.Fatalf("ReadFile of /proc/kallsyms (%d bytes): %d bytes, %v", len(whole), len(b), err)
 	}
 }
+
+func TestChownDirRefusesASymlink(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("chown to another user needs root")
+	}
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "own"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	host := t.TempDir()
+	if err := os.Symlink(host, filepath.Join(dir, "link")); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.ChownDir("/own", 1234, 4321); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "own"), &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid != 1234 || st.Gid != 4321 {
+		t.Fatalf("own is %d:%d, want 1234:4321", st.Uid, st.Gid)
+	}
+	if err := r.ChownDir("/link", 1234, 4321); err == nil {
+		t.Fatal("ChownDir followed a symlink")
+	}
+	if err := unix.Stat(host, &st); err != nil {
+		t.Fatal(err)
+	}
+	if st.Uid == 1234 {
+		t.Fatal("the symlink's target was given away")
+	}
+}
