@@ -35,10 +35,7 @@ teardown() {
 	[ -n "${RK_DIR:-}" ] || return 0
 	[ -n "${EVENTS_PID:-}" ] && kill "$EVENTS_PID" 2>/dev/null
 	cri rmp --all --force >/dev/null 2>&1
-	local n=("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR") c
-	for c in $("${n[@]}" ps -aq 2>/dev/null); do
-		"${n[@]}" rm -f "$c" >/dev/null 2>&1 || true
-	done
+	remove_containers
 	# A test that restarted containerd with another policy gets the
 	# file's back, also when it failed.
 	if [ -e "$BATS_FILE_TMPDIR/other-policy" ]; then

@@ -17,10 +17,7 @@ setup_file() {
 
 teardown() {
 	[ -n "${RK_DIR:-}" ] || return 0
-	local n=("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR") c
-	for c in $("${n[@]}" ps -aq 2>/dev/null); do
-		"${n[@]}" rm -f "$c" >/dev/null 2>&1 || true
-	done
+	remove_containers
 }
 
 teardown_file() {

@@ -33,6 +33,15 @@ stack_up() {
 	"$REKINDLE_ROOT/scripts/containerd-up.sh" "$RK_DIR" 3>&-
 }
 
+# remove_containers: remove every container nerdctl lists, running or not
+# (a test's teardown, also after a test that failed half way).
+remove_containers() {
+	local n=("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR") c
+	for c in $("${n[@]}" ps -aq 2>/dev/null); do
+		"${n[@]}" rm -f "$c" >/dev/null 2>&1 || true
+	done
+}
+
 # stack_down: stop it and remove all it left (call from teardown_file).
 stack_down() {
 	[ -n "${RK_DIR:-}" ] || return 0
