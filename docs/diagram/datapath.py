@@ -57,6 +57,8 @@ PATCHES = {
     "r-enosys": ("runc-patches", "libct-seccomp-patchbpf-emit-the-ENOSYS-stub"),
     "r-program": ("runc-patches", "libct-seccomp-build-a-config-s-program"),
     "r-priv": ("runc-patches", "libct-criu-refuse-a-restore-whose-images-grant-more"),
+    "r-lsm": ("runc-patches", "libct-criu-restore-under-the-config-s-LSM-label"),
+    "r-limits": ("runc-patches", "libct-criu-refuse-images-that-raise-a-task-s-limits"),
     "k-shmem-err": ("criu-patches", "shmem-fail-the-restore-when-shared-memory-pages"),
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
     "k-private": ("criu-patches", "restore-fill-private-memory-with-parallel-threads"),
@@ -170,9 +172,11 @@ BOXES = [
       "scripts/cache-gc.sh"]),
     ("runc restore",
      "runc refuses CRIU images that grant a task more than the new container's config (ids, "
-     "capabilities, no_new_privs, seccomp), hands CRIU the resolved bind-mount sources (CDI's driver "
-     "files), and brings up the restored network namespace's loopback.",
-     [P("r-priv", "privilege check"), P("r-program", "seccomp program built to compare"),
+     "capabilities, no_new_privs, seccomp, LSM label, limits, scheduling), restores under the config's "
+     "LSM label, hands CRIU the resolved bind-mount sources (CDI's driver files), and brings up the "
+     "restored network namespace's loopback.",
+     [P("r-priv", "privilege check"), P("r-lsm", "the config's LSM label"),
+      P("r-limits", "limits and scheduling"), P("r-program", "seccomp program built to compare"),
       P("r-enosys", "seccomp program the same each time"), P("r-bind", "bind-mount sources"),
       P("r-lo", "loopback up")]),
     ("CRIU parallel fill",

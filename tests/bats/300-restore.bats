@@ -192,7 +192,7 @@ PY
 	answered "before the checkpoint" "$before"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output"
 	weights_intact "$port" r1
-	# runc-patches/0002: the restored network namespace's lo is up, with no
+	# runc-patches/0003: the restored network namespace's lo is up, with no
 	# wake helper in this image to bring it up.
 	run_nerdctl exec r1 cat /sys/class/net/lo/flags
 	(( output & 1 )) || die "lo is down in the restored container (flags $output)"
@@ -372,7 +372,7 @@ PY
 # nvidia-ctk's CDI specs bind driver files such as
 # /usr/share/glvnd/egl_vendor.d/10_nvidia.json, which are symlinks on many
 # hosts. CRIU binds an external mount's source without following a symlink,
-# so before runc-patches/0001 such a container checkpointed but could not be
+# so before runc-patches/0002 such a container checkpointed but could not be
 # restored ("Can't remount ... with MS_PRIVATE").
 @test "a container given a CDI device whose host file is a symlink restores with it" {
 	local image=rekindle.local/ckpt:cdi cdi=$BATS_TEST_TMPDIR/cdi host=$BATS_TEST_TMPDIR/host

@@ -1,7 +1,8 @@
 #!/usr/bin/env bats
 # A restore gives the restored process no more than the new container's spec
-# grants (runc-patches/0005): CRIU takes ids, capabilities, no_new_privs and
-# seccomp filters from the checkpoint, so runc compares them with the spec
+# grants (runc-patches/0005 to 0007): CRIU takes ids, capabilities,
+# no_new_privs, seccomp filters, the LSM label, resource limits, scheduling
+# and oom_score_adj from the checkpoint, so runc compares them with the spec
 # first. An image that asks for more is refused with the task and the field
 # named, and nothing is left running.
 
@@ -42,7 +43,7 @@ refused() {
 	local name=$1 what=$2
 	shift 2
 	run_nerdctl 1 run -d --name "$name" "$@" "$IMAGE"
-	[[ $output == *"refusing to restore: checkpoint task 1 thread "*"$what"* ]] ||
+	[[ $output == *"refusing to restore: checkpoint task 1 "*"$what"* ]] ||
 		die "the error does not name '$what': $output"
 	run_ctr task ls
 	! grep -q RUNNING <<<"$output" || die "a task runs after a refused restore: $output"
@@ -98,4 +99,19 @@ restores() {
 
 	refused c1 "seccomp filters do not include the program of the config's seccomp profile"
 	restores c2 --security-opt "seccomp=$profile"
+}
+
+@test "nerdctl: a checkpoint's hard limits restore only where the spec gives them, its oom_score_adj goes no lower than the spec's" {
+	IMAGE=rekindle.local/ckpt:limits
+	checkpoint_engine "$IMAGE" --ulimit nofile=4096:4096 --oom-score-adj 100
+
+	refused l1 "has a hard RLIMIT_NOFILE of 4096, above the container's 1024, without CAP_SYS_RESOURCE" \
+		--ulimit nofile=1024:1024 --oom-score-adj 100
+	# CRIU writes the checkpoint's 100; runc raises it to the spec's before
+	# the engine resumes, as a start of this spec would have it.
+	restores l2 --ulimit nofile=4096:4096 --oom-score-adj 500
+	run_nerdctl inspect -f '{{.State.Pid}}' l2
+	local pid=$output
+	is "$(cat "/proc/$pid/oom_score_adj")" 500 "the restored engine's oom_score_adj"
+	is "$(awk '/^Max open files/ {print $5}' "/proc/$pid/limits")" 4096 "the restored engine's hard RLIMIT_NOFILE"
 }

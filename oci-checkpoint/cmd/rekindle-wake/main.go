@@ -94,11 +94,9 @@ func start() {
 		fail(err)
 	}
 	os.Remove(wake.PidFile)
-	self, err := os.Executable()
-	if err != nil {
-		fail(err)
-	}
-	cmd := exec.Command(self, append([]string{"wait"}, os.Args[2:]...)...)
+	// The waiter runs this very file, not whatever the path names by now.
+	cmd := exec.Command("/proc/self/exe", append([]string{"wait"}, os.Args[2:]...)...)
+	cmd.Args[0] = os.Args[0]
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		fail(err)
@@ -179,7 +177,7 @@ func wait(p engine.Profile, poll, deadline time.Duration) {
 // into a new network namespace without CRIU restoring its interfaces (the
 // CNI hook configures eth0 again) and, unlike at start, does not bring lo
 // up, so engines and this helper would find 127.0.0.1 unreachable. Our runc
-// (runc-patches/0002) does; this covers a stock one where the container
+// (runc-patches/0003) does; this covers a stock one where the container
 // has CAP_NET_ADMIN. The helper runs with the container's own capabilities
 // and records the outcome in its status either way.
 func loopbackUp() string {

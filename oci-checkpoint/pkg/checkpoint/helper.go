@@ -1,10 +1,12 @@
 package checkpoint
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"strconv"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 
 	"rekindle.local/oci-checkpoint/pkg/engine"
 	"rekindle.local/oci-checkpoint/pkg/inroot"
@@ -31,9 +34,11 @@ func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec
 	if err != nil {
 		return err
 	}
-	if err := root.WriteFile(wake.HelperPath, bin, 0o755); err != nil {
+	held, err := root.WriteFileHeld(wake.HelperPath, bin, 0o755)
+	if err != nil {
 		return err
 	}
+	defer held.Close()
 	// The helper runs as the container's user and writes its pid and
 	// status beside itself; the folder belongs to that user as the host
 	// sees it (through the user namespace's maps, where there is one).
@@ -55,7 +60,45 @@ func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec
 	if _, err := execIn(ctx, task, spec, "rekindle-wake-"+randomID(), args, 10*time.Second); err != nil {
 		return fmt.Errorf("start the wake helper: %w", err)
 	}
-	return nil
+	procs, err := task.Pids(ctx)
+	if err != nil {
+		return fmt.Errorf("list the container's processes: %w", err)
+	}
+	pids := make([]uint32, 0, len(procs))
+	for _, p := range procs {
+		pids = append(pids, p.Pid)
+	}
+	return verifyHelper(held, bin, pids)
+}
+
+// verifyHelper checks that one of pids (host pids) runs the helper file
+// held, and that the file still holds bin: the container could put
+// another file at the helper's path, or rewrite this one, before the exec.
+// The helper runs with the container's own privileges either way; this
+// keeps the checkpoint's wake path the one oci-checkpoint shipped.
+func verifyHelper(held *os.File, bin []byte, pids []uint32) error {
+	got := make([]byte, len(bin)+1)
+	n, err := held.ReadAt(got, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("read back the wake helper: %w", err)
+	}
+	if !bytes.Equal(got[:n], bin) {
+		return fmt.Errorf("the container rewrote the wake helper %s before it ran; not checkpointing it", wake.HelperPath)
+	}
+	var want unix.Stat_t
+	if err := unix.Fstat(int(held.Fd()), &want); err != nil {
+		return err
+	}
+	for _, pid := range pids {
+		// stat follows the kernel's link to the running file: no name in
+		// the container is walked.
+		var st unix.Stat_t
+		if unix.Stat(fmt.Sprintf("/proc/%d/exe", pid), &st) == nil && st.Dev == want.Dev && st.Ino == want.Ino {
+			return nil
+		}
+	}
+	return fmt.Errorf("no process of the container runs the wake helper written to %s: the container put another file there; not checkpointing it",
+		wake.HelperPath)
 }
 
 // hostID is the host's id for id inside a user namespace with maps; the

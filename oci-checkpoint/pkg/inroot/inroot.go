@@ -83,30 +83,63 @@ func (r *Root) ChownDir(dir string, uid, gid int) error {
 
 // WriteFile writes name atomically: a temporary file beside it, renamed.
 func (r *Root) WriteFile(name string, data []byte, mode os.FileMode) error {
+	f, err := r.writeFile(name, data, mode, false)
+	if f != nil {
+		f.Close()
+	}
+	return err
+}
+
+// WriteFileHeld writes name as WriteFile does and returns the file it
+// wrote, opened read-only: what the container does to the name afterwards
+// (a rename, another file in its place) does not change what it reads.
+func (r *Root) WriteFileHeld(name string, data []byte, mode os.FileMode) (*os.File, error) {
+	return r.writeFile(name, data, mode, true)
+}
+
+func (r *Root) writeFile(name string, data []byte, mode os.FileMode, hold bool) (*os.File, error) {
 	name = filepath.Clean("/" + name)
 	if err := r.MkdirAll(filepath.Dir(name), 0o755); err != nil {
-		return err
+		return nil, err
 	}
 	tmp := name + ".tmp"
 	f, err := r.open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, uint64(mode.Perm()))
 	if err != nil {
 		if errors.Is(err, unix.EROFS) {
-			return fmt.Errorf("write %s in the container: its root filesystem is read-only", name)
+			return nil, fmt.Errorf("write %s in the container: its root filesystem is read-only", name)
 		}
-		return err
+		return nil, err
 	}
 	if _, err := f.Write(data); err != nil {
 		f.Close()
-		return err
+		return nil, err
 	}
 	if err := f.Chmod(mode.Perm()); err != nil {
 		f.Close()
-		return err
+		return nil, err
+	}
+	var held *os.File
+	if hold {
+		// Our own descriptor, reopened: no name in the container is walked.
+		held, err = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
 	}
 	if err := f.Close(); err != nil {
-		return err
+		if held != nil {
+			held.Close()
+		}
+		return nil, err
 	}
-	return r.rename(tmp, name)
+	if err := r.rename(tmp, name); err != nil {
+		if held != nil {
+			held.Close()
+		}
+		return nil, err
+	}
+	return held, nil
 }
 
 func (r *Root) rename(from, to string) error {
