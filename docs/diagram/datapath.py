@@ -38,16 +38,13 @@ PATCHES = {
     "c-drop": ("containerd-patches", "checkpointimage-drop-a-checkpoint-s-cache-entry"),
     "c-readahead": ("containerd-patches", "diff-apply-read-ahead-and-hash"),
     "c-upper": ("containerd-patches", "checkpointimage-apply-the-rootfs-diff-into-the-overl"),
-    "c-hold": ("containerd-patches", "cri-hold-a-checkpoint-cache-entry"),
     "c-cold-host": ("containerd-patches", "checkpointimage-start-cold-when-a-host-cannot-restor"),
     "c-cold-tasks": ("containerd-patches", "tasks-start-cold-when-the-runtime-fails"),
     "c-cold-cri": ("containerd-patches", "cri-start-cold-when-the-runtime-fails"),
     "c-gc-unlink": ("containerd-patches", "metadata-unlink-a-collected-snapshot"),
-    "c-cri-drop": ("containerd-patches", "cri-drop-a-checkpoint-s-cache-entry"),
     "c-fault": ("containerd-patches", "archive-fault-a-large-file-s-pages"),
     "c-nohash": ("containerd-patches", "diff-apply-do-not-hash-an-uncompressed-layer"),
     "c-direct": ("containerd-patches", "diff-apply-read-a-layer-s-blob-with-O_DIRECT"),
-    "c-wait": ("containerd-patches", "tasks-a-wait-from-before-a-failed-restore"),
     "c-erofs": ("containerd-patches", "diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS"),
     "c-mount": ("containerd-patches", "checkpointimage-read-a-checkpoint-layer-kept-in-plac"),
     "c-criu-cause": ("containerd-patches", "runc-shim-name-CRIU-s-errors"),
@@ -161,14 +158,14 @@ BOXES = [
      "policy must allow it, the host must be able to restore it (else a cold start where the image asks "
      "for one), then it restores instead of starting.",
      [P("c-policy", "host's restore policy"), P("c-cold-host", "host check, cold start"),
-      P("c-restore", "tasks: restore on create"), P("c-cri", "CRI restores")]),
+      P("c-restore", "tasks: restore on create"), P("c-cri", "CRI restores, holding its entry")]),
     ("cache",
      "The extracted-checkpoint cache, keyed by layer: the second restore unpacks nothing. The rootfs is "
      "the base image plus rootfs-diff.tar applied into the overlay's upper directory; a CRI container "
      "holds its entry; a failed restore drops it; cache-gc prunes.",
      [P("c-cache", "the cache"), P("c-unpacked", "the unpacked image reused"),
-      P("c-upper", "rootfs diff into the upper dir"), P("c-hold", "CRI holds its entry"),
-      P("c-drop", "dropped after a failed restore"), P("c-cri-drop", "the same for CRI"),
+      P("c-upper", "rootfs diff into the upper dir"),
+      P("c-drop", "dropped after a failed restore, tasks and CRI"),
       "scripts/cache-gc.sh"]),
     ("runc restore",
      "runc refuses CRIU images that grant a task more than the new container's config (ids, "
@@ -205,8 +202,8 @@ BOXES = [
 # Patches around the restore rather than in one step of it.
 AROUND = [
     P("c-phases", "each restore's phase times logged"), P("c-criu-cause", "CRIU's own errors named"),
-    P("c-cold-tasks", "a failed restore starts cold (tasks)"), P("c-cold-cri", "the same under CRI"),
-    P("c-wait", "a wait follows that cold start"), P("c-gc-unlink", "GC unlinks a collected snapshot"),
+    P("c-cold-tasks", "a failed restore starts cold (tasks), a wait follows it"),
+    P("c-cold-cri", "the same under CRI"), P("c-gc-unlink", "GC unlinks a collected snapshot"),
 ]
 
 
