@@ -25,8 +25,23 @@
 # cold disk, in the same run. The report gives each cold restore's rate
 # (pages images' bytes over the whole restore's seconds) as a share of that
 # last floor, and the read path the patched fills took (with O_DIRECT or
-# through the page cache: criu's --restore-direct-io, auto by default), from
-# one more untimed -v3 restore, cold where the run has cold restores.
+# through the page cache: criu's --restore-direct-io, auto by default).
+#
+# Fill rates: one more untimed restore with each criu, warm and (where the
+# run has cold restores) cold, at -v3 (its timed ones run at -v2: logging
+# would slow them), whose restore.log gives when each task filled its
+# memory: in criu, from the line before its pagemap walk to its
+# "nr_restored_pages" (premapped and copy-on-write memory, read or
+# compared), and in its restorer, from its last "Remap" to its next line
+# (private memory: the heap). The fill rate is the tasks' pages images
+# (pagemap-PID.img names each one's pages-N.img) over the time any task
+# was filling; the heap fill rate is the largest private fill (its MiB from
+# the patched log's "Filling N MiB of private memory") over its own time,
+# the rate the >= 10 GB/s warm target is about. Stock's -v3 log has a
+# line for each page it compares, so its copy-on-write fills (cow, tree)
+# read slower there than in its timed restores: a floor for stock's rate.
+# The report appends them as a table beside the medians of the timed
+# restores, stock and patched side by side.
 #
 # Environment:
 #   BENCH_CRIU_GB      size of each shape in GiB (2: a few minutes on a 2-core VM; 16 on the GPU box)
@@ -159,15 +174,118 @@ restore() {
 	echo "{\"shape\": \"$shape\", \"criu\": \"$name\", \"cache\": \"$cache\", \"seconds\": $(elapsed "$s" "$e"), \"same\": $same}"
 }
 
+# fill_rates SHAPE NAME warm|cold LOG PATCHED_LOG: the fill times of a -v3
+# restore.log (see the top), as a JSON line; PATCHED_LOG, of the same
+# images, gives the MiB of each task's private fill.
+fill_rates() {
+	python3 - "$@" "$dir/img" <<'EOF'
+import json, os, re, struct, sys
+
+shape, criu, cache, log, plog, img = sys.argv[1:7]
+line = re.compile(r"^\((\d+\.\d+)\)\s+(pie: )?\s*(\d+): (.*)")
+
+
+def parse(path):
+    out = []
+    for l in open(path, errors="replace"):
+        m = line.match(l)
+        if m:
+            out.append((float(m[1]), bool(m[2]), m[3], m[4]))
+    return out
+
+
+def varint(b, i):
+    v = s = 0
+    while True:
+        v |= (b[i] & 0x7F) << s
+        s += 7
+        i += 1
+        if not b[i - 1] & 0x80:
+            return v, i
+
+
+# Each task's pages image: pagemap-PID.img is two magics, then entries of
+# a 32-bit length and a protobuf, the first a PagemapHead (1: pages_id).
+task_bytes = 0
+for f in os.listdir(img):
+    m = re.fullmatch(r"pagemap-(\d+)\.img", f)
+    if not m:
+        continue
+    b = open(os.path.join(img, f), "rb").read()
+    (n,) = struct.unpack_from("<I", b, 8)
+    if n and b[12] == 0x08:
+        pid, _ = varint(b, 13)
+        p = os.path.join(img, f"pages-{pid}.img")
+        if os.path.exists(p):
+            task_bytes += os.path.getsize(p)
+
+ev = parse(log)
+# Premapped and compared memory, in criu: from the task's line before its
+# pagemap walk (its first "prPID-N Read" or "Filling ... premapped" line) to
+# its "nr_restored_pages".
+spans, prev, start = [], {}, {}
+walk = re.compile(r"pr\d+-\d+ Read |Filling \d+ MiB of premapped")
+for t, pie, pid, msg in ev:
+    if pie:
+        continue
+    if pid not in start and walk.match(msg):
+        start[pid] = prev.get(pid, t)
+    elif msg.startswith("nr_restored_pages") and start.get(pid) is not None:
+        spans.append((start[pid], t))
+        start[pid] = None  # once
+    prev[pid] = t
+# Private memory, in the restorer: its last Remap (or its start) to its next line.
+private = {}
+for pid in {p for _, pie, p, _ in ev if pie}:
+    mine = [(t, msg) for t, pie, p, msg in ev if pie and p == pid]
+    first = [i for i, (_, msg) in enumerate(mine) if msg.startswith("Switched to the restorer")]
+    if not first:
+        continue
+    i = first[0]
+    for j in range(i, len(mine)):
+        if mine[j][1].startswith("Remap "):
+            i = j
+    k = next((j for j in range(i + 1, len(mine)) if not mine[j][1].startswith("Filling")), None)
+    if k is not None:
+        private[pid] = (mine[i][0], mine[k][0])
+        spans.append(private[pid])
+# The time any task was filling: the union of the spans.
+busy, end = 0.0, None
+for a, b in sorted(spans):
+    if end is None or a > end:
+        busy += b - a
+        end = b
+    elif b > end:
+        busy += b - end
+        end = b
+# The largest private fill: its MiB from the patched log (the same images).
+mib = {}
+for t, pie, pid, msg in parse(plog):
+    m = re.match(r"Filling (\d+) MiB of private memory", msg)
+    if pie and m:
+        mib[pid] = int(m[1])
+heap = None
+big = [p for p in private if p in mib]
+if big:
+    p = max(big, key=lambda p: mib[p])
+    s = max(private[p][1] - private[p][0], 1e-6)
+    heap = {"pid": int(p), "mib": mib[p], "seconds": round(s, 3), "gbps": round(mib[p] * 2**20 / s / 1e9, 2)}
+print(json.dumps({"shape": shape, "criu": criu, "cache": cache, "fill_bytes": task_bytes,
+                  "fill_seconds": round(busy, 3), "fill_gbps": round(task_bytes / busy / 1e9, 2) if busy else None,
+                  "heap_fill": heap}))
+EOF
+}
+
 variants="stock patched"
 if [ -n "${BENCH_CRIU_UPSTREAM:-}" ]; then
 	upstream=$(realpath -e "$BENCH_CRIU_UPSTREAM") || die "BENCH_CRIU_UPSTREAM=$BENCH_CRIU_UPSTREAM is missing"
 	"$upstream" --version >/dev/null || die "$upstream does not run here"
 	variants+=" upstream"
 fi
-results=$dir/results.jsonl shapes_json=$dir/shapes.jsonl
+results=$dir/results.jsonl shapes_json=$dir/shapes.jsonl fills_json=$dir/fills.jsonl
 : >"$results"
 : >"$shapes_json"
+: >"$fills_json"
 floor1= floorn= floorcold=
 for shape in ${BENCH_CRIU_SHAPES:-heap cow tree}; do
 	shape_args "$shape"
@@ -202,15 +320,30 @@ for shape in ${BENCH_CRIU_SHAPES:-heap cow tree}; do
 		((r % 2)) || order=$(tr ' ' '\n' <<<"$variants" | tac | xargs)
 		for v in $order; do restore "$shape" "$v" cold >>"$results"; done
 	done
-	# One more patched restore, untimed, that logs which fills went to
-	# helpers and how they read the pages images (pr_info, -v3: it would
-	# slow the timed ones, stock's too); cold where the run has cold
-	# restores, so that it shows their read path (O_DIRECT or the page cache).
-	v3=warm-v3
-	((cold)) && v3=cold-v3
-	restore "$shape" patched "$v3" >/dev/null
+	# One more restore with each criu, untimed, warm and cold, at -v3 (it
+	# would slow the timed ones, stock's most): when each task filled its
+	# memory (fill rates, see the top), and which fills went to helpers and
+	# how they read the pages images; the latter from the patched cold one
+	# where the run has cold restores (their read path: O_DIRECT or the
+	# page cache).
+	caches=warm
+	((cold)) && caches="warm cold"
+	mkdir -p "$dir/logs"
+	for c in $caches; do
+		for v in $variants; do
+			restore "$shape" "$v" "$c-v3" >/dev/null
+			cp "$dir/img/restore-$v.log" "$dir/logs/$shape-$v-$c.log"
+		done
+	done
+	for c in $caches; do
+		for v in $variants; do
+			fill_rates "$shape" "$v" "$c" "$dir/logs/$shape-$v-$c.log" "$dir/logs/$shape-patched-$c.log" >>"$fills_json"
+		done
+	done
+	v3=warm
+	((cold)) && v3=cold
 	fills=$(grep -E 'Filling [0-9]+ MiB of (premapped private|private|shared) memory[^ ]* .*in [0-9]+ chunks with ([2-9]|[1-9][0-9]+) ' \
-		"$dir/img/restore-patched.log" | sed 's/^.*Filling/Filling/' | jq -Rs 'split("\n") | map(select(. != ""))')
+		"$dir/logs/$shape-patched-$v3.log" | sed 's/^.*Filling/Filling/' | jq -Rs 'split("\n") | map(select(. != ""))')
 	jq -c --argjson f "$fills" '.parallel_fills = $f' <<<"$shape_line" >>"$shapes_json"
 	grep -q '"same": false' "$results" && die "$shape: a restore changed the process's memory: see the diff above"
 
@@ -231,12 +364,55 @@ json=$out/criu-$stamp.json
 jq -n --argjson cpus "$cpus" --argjson size_gib "$gb" --argjson shared_mib "$shared_mb" \
 	--argjson floor1 "$floor1" --argjson floorn "$floorn" --argjson floorcold "$floorcold" --arg host "$(uname -n)" \
 	--arg kernel "$(uname -r)" --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
-	--slurpfile shapes "$shapes_json" --slurpfile runs "$results" \
+	--slurpfile shapes "$shapes_json" --slurpfile runs "$results" --slurpfile fills "$fills_json" \
 	'{host: $host, kernel: $kernel, cpu: $cpu, cpus: $cpus, size_gib: $size_gib, shared_mib_each: $shared_mib,
 	  floor_1_thread: $floor1, floor_all_threads: $floorn, floor_cold_direct: $floorcold,
-	  shapes: $shapes, restores: $runs}' >"$json"
+	  shapes: $shapes, restores: $runs, fills: $fills}' >"$json"
 report_py=/usr/bin/python3
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || report_py=python3
 "$report_py" "$root/scripts/bench-criu-report.py" "$json" || note "no chart or table: the raw result is $json"
+# The fill rates, beside the whole restores' medians, appended to the table.
+[ -f "$out/criu-$stamp.md" ] && python3 - "$json" >>"$out/criu-$stamp.md" <<'EOF'
+import json, statistics, sys
+
+r = json.load(open(sys.argv[1]))
+variants = [v for v in ("stock", "patched", "upstream") if any(x["criu"] == v for x in r["fills"])]
+
+
+def med(shape, criu, cache):
+    s = [x["seconds"] for x in r["restores"] if x["shape"] == shape and x["criu"] == criu and x["cache"] == cache]
+    return statistics.median(s) if s else None
+
+
+def fill(shape, criu, cache):
+    return next((x for x in r["fills"] if x["shape"] == shape and x["criu"] == criu and x["cache"] == cache), None)
+
+
+head = ["shape", "cache"]
+for v in variants:
+    head += [f"{v} restore s", f"{v} fill s", f"{v} fill GB/s", f"{v} heap fill GB/s"]
+rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+for sh in r["shapes"]:
+    for cache in ("warm", "cold"):
+        if not any(fill(sh["shape"], v, cache) for v in variants):
+            continue
+        row = [sh["shape"], cache]
+        for v in variants:
+            t, f = med(sh["shape"], v, cache), fill(sh["shape"], v, cache)
+            h = f and f["heap_fill"]
+            row += [f"{t:.2f}" if t else "-", f"{f['fill_seconds']:.2f}" if f else "-",
+                    f"{f['fill_gbps']:.2f}" if f and f["fill_gbps"] else "-",
+                    f"{h['gbps']:.2f} ({h['mib']} MiB)" if h else "-"]
+        rows.append("| " + " | ".join(row) + " |")
+print()
+print("Fill rates, from one more untimed restore with each criu at -v3 (warm, and cold where the run has cold "
+      "restores): fill s is the time any task was filling its memory (in criu: premapped and copy-on-write "
+      "memory, read or compared; in its restorer: private memory), fill GB/s the tasks' pages images over it, "
+      "heap fill GB/s the largest private fill (the heap) over its own time (target: >= 10 GB/s warm, patched). "
+      "Restore s are the medians of the timed restores above. Stock's -v3 log has a line for each page it "
+      "compares, which slows its cow and tree fills there: a floor for stock's rate.")
+print()
+print("\n".join(rows))
+EOF
 for f in "$out/criu-$stamp".*; do cp "$f" "$out/latest-criu.${f##*.}"; done
 cat "$out/criu-$stamp.md" 2>/dev/null || cat "$json"
