@@ -142,8 +142,8 @@ dcow=$(grep -c 'Filling .* premapped private memory, [1-9][0-9]* pages of it com
 [ "$dshared" -gt 0 ] || die "zdtm: CRIU_FAULT=141 filled no shared memory with O_DIRECT"
 [ "$dcow" -gt 0 ] || die "zdtm: CRIU_FAULT=141 compared no copy-on-write memory with O_DIRECT"
 # Compared with O_DIRECT, the pieces are read ahead through Linux AIO (criu-patches/0006).
-daio=$(grep -c 'Filling .* pages of it compared .* with O_DIRECT.*, comparing with [0-9]* reads in flight each' <<<"$logs" || true)
-[ "$daio" -gt 0 ] || die "zdtm: CRIU_FAULT=141 compared no copy-on-write memory through AIO (no 'comparing with N reads in flight')"
+daio=$(grep -c 'Filling .* pages of it compared .* with O_DIRECT.*, [0-9]* reads in flight for each filler comparing' <<<"$logs" || true)
+[ "$daio" -gt 0 ] || die "zdtm: CRIU_FAULT=141 compared no copy-on-write memory through AIO (no 'N reads in flight for each filler comparing')"
 ! grep -q 'O_DIRECT reads of .* failed' <<<"$logs" ||
 	die "zdtm: an O_DIRECT read failed and fell back: $(grep -m1 'O_DIRECT reads of' <<<"$logs")"
 note "zdtm: O_DIRECT filled private memory in $direct tasks, shared memory in $dshared mappings, compared memory in $dcow tasks ($daio through AIO)"
