@@ -179,12 +179,13 @@ static void serve(const char *role, pid_t *children, int nr_children)
  * Child nr's own heap, mapped after the fork: its alone. A heap of the
  * parent's size at the parent's address would be taken by CRIU for memory
  * the two may share copy-on-write (it matches VMAs by start and end) and
- * compared page by page on restore; nr + 1 pages of guard ahead of it keep
- * every heap at an address of its own.
+ * compared page by page on restore; a guard of nr + 1 huge pages ahead of
+ * it keeps every heap at an address of its own (the kernel aligns a large
+ * anonymous mapping to a huge page, which would swallow a smaller guard).
  */
 static void own_heap(size_t len, int nr, uint64_t seed)
 {
-	if (mmap(NULL, (nr + 1) * page, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
+	if (mmap(NULL, (nr + 1) * 2 * MiB, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0) == MAP_FAILED)
 		fail("mmap");
 	heap_len = len;
 	heap = map(heap_len, MAP_PRIVATE | MAP_ANONYMOUS, -1);
