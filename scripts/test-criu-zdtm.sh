@@ -3,7 +3,7 @@
 # patched CRIU built in SRCDIR, several times: as the restore runs by default,
 # with CRIU_FAULT=139, which sends every task, shared mapping and premapped
 # or copy-on-write region, however small, through the parallel fills of
-# criu-patches/0003, 0004 and 0005 (zdtm's images are far below their
+# criu-patches/0004, 0005 and 0006 (zdtm's images are far below their
 # 64 MiB threshold otherwise); the COW tests again with pre-dumps (images
 # with a parent), where the kernel tracks dirty memory, and with lazy pages,
 # still under CRIU_FAULT=139. A last run, with CRIU_FAULT=140, has the private fill's helpers wake the restorer
@@ -11,7 +11,7 @@
 # thread set, and a helper still in /proc/PID/task fails the restore (BUG
 # in parse_threads) unless the restorer waits until it is gone. And the
 # memory tests again with CRIU_FAULT=141: every parallel fill, as small as
-# under 139, reads its pages image with O_DIRECT (criu-patches/0006), which
+# under 139, reads its pages image with O_DIRECT (criu-patches/0007), which
 # restore.log must say for private, shared and compared memory alike, the
 # compared memory read ahead through AIO.
 #
@@ -141,7 +141,7 @@ dcow=$(grep -c 'Filling .* premapped private memory, [1-9][0-9]* pages of it com
 [ "$direct" -gt 0 ] || die "zdtm: CRIU_FAULT=141 filled no private memory with O_DIRECT (no 'Filling ... with O_DIRECT' in restore.log)"
 [ "$dshared" -gt 0 ] || die "zdtm: CRIU_FAULT=141 filled no shared memory with O_DIRECT"
 [ "$dcow" -gt 0 ] || die "zdtm: CRIU_FAULT=141 compared no copy-on-write memory with O_DIRECT"
-# Compared with O_DIRECT, the pieces are read ahead through Linux AIO (criu-patches/0006).
+# Compared with O_DIRECT, the pieces are read ahead through Linux AIO (criu-patches/0007).
 daio=$(grep -c 'Filling .* pages of it compared .* with O_DIRECT.*, [0-9]* reads in flight for each filler comparing' <<<"$logs" || true)
 [ "$daio" -gt 0 ] || die "zdtm: CRIU_FAULT=141 compared no copy-on-write memory through AIO (no 'N reads in flight for each filler comparing')"
 ! grep -q 'O_DIRECT reads of .* failed' <<<"$logs" ||

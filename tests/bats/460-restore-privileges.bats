@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # A restore gives the restored process no more than the new container's spec
-# grants (runc-patches/0005 to 0007): CRIU takes ids, capabilities,
+# grants (runc-patches/0005 to 0009): CRIU takes ids, capabilities,
 # no_new_privs, seccomp filters, the LSM label, resource limits, scheduling
 # and oom_score_adj from the checkpoint, so runc compares them with the spec
 # first. An image that asks for more is refused with the task and the field

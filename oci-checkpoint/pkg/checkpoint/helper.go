@@ -97,7 +97,7 @@ func verifyHelper(held *os.File, bin []byte, pids []uint32) error {
 			return nil
 		}
 	}
-	return fmt.Errorf("no process of the container runs the wake helper written to %s: the container put another file there; not checkpointing it",
+	return fmt.Errorf("no process of the container runs the wake helper written to %s: it exited, or the container put another file there; not checkpointing it",
 		wake.HelperPath)
 }
 

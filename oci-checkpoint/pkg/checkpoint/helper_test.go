@@ -63,7 +63,7 @@ func TestVerifyHelper(t *testing.T) {
 				must(t, os.Rename(path, path+".old"))
 				must(t, os.WriteFile(path, bin, 0o755))
 			},
-			err: "the container put another file there",
+			err: "no process of the container runs the wake helper",
 		},
 		{
 			name: "the file rewritten",

@@ -4,6 +4,8 @@
 package inroot
 
 import (
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -102,14 +104,26 @@ func (r *Root) writeFile(name string, data []byte, mode os.FileMode, hold bool) 
 	if err := r.MkdirAll(filepath.Dir(name), 0o755); err != nil {
 		return nil, err
 	}
-	tmp := name + ".tmp"
-	f, err := r.open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_TRUNC|unix.O_NOFOLLOW, uint64(mode.Perm()))
+	// A fresh name, created exclusively: a FIFO or a hard link the
+	// container planted at a fixed one would block or be truncated.
+	var suffix [8]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		return nil, err
+	}
+	tmp := name + ".tmp-" + hex.EncodeToString(suffix[:])
+	f, err := r.open(tmp, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW, uint64(mode.Perm()))
 	if err != nil {
 		if errors.Is(err, unix.EROFS) {
 			return nil, fmt.Errorf("write %s in the container: its root filesystem is read-only", name)
 		}
 		return nil, err
 	}
+	done := false
+	defer func() {
+		if !done {
+			_ = r.Remove(tmp)
+		}
+	}()
 	if _, err := f.Write(data); err != nil {
 		f.Close()
 		return nil, err
@@ -139,6 +153,7 @@ func (r *Root) writeFile(name string, data []byte, mode os.FileMode, hold bool) 
 		}
 		return nil, err
 	}
+	done = true
 	return held, nil
 }
 
