@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # CRIU works end to end on this kernel through the stack's own tools:
-# nerdctl checkpoint create, then nerdctl start --checkpoint.
+# nerdctl checkpoint create, then nerdctl start --checkpoint, which leaves
+# no copy of the checkpoint behind.
 
 load helpers
 
@@ -12,6 +13,27 @@ setup_file() {
 
 teardown_file() {
 	stack_down
+}
+
+# extracted_checkpoints: the ctrd-checkpoint* directories where this
+# stack's containerd extracts the checkpoint of a `nerdctl start
+# --checkpoint` (os.MkdirTemp of its $XDG_RUNTIME_DIR, else $TMPDIR, else
+# /tmp), as its environment has them.
+extracted_checkpoints() {
+	local env dir
+	env=$(tr '\0' '\n' <"/proc/$(cat "$RK_DIR/containerd.pid")/environ") ||
+		die "cannot read the environment of the stack's containerd"
+	dir=$(sed -n 's/^XDG_RUNTIME_DIR=//p' <<<"$env")
+	[ -n "$dir" ] || dir=$(sed -n 's/^TMPDIR=//p' <<<"$env")
+	find "${dir:-/tmp}" -maxdepth 1 -name 'ctrd-checkpoint*' -type d | sort
+}
+
+# no_checkpoint_left BEFORE: the restore left none of its extracted
+# checkpoint behind (containerd-patches/0002): nothing there but BEFORE's.
+no_checkpoint_left() {
+	local left
+	left=$(comm -13 <(echo "$1") <(extracted_checkpoints))
+	[ -z "$left" ] || die "the restore left its extracted checkpoint behind: $left"
 }
 
 @test "a checkpointed engine resumes where it stopped, weights intact" {
@@ -31,8 +53,11 @@ teardown_file() {
 	run_nerdctl inspect -f '{{.State.Status}}' eng
 	is "${lines[-1]}" "exited" "container stopped by the checkpoint"
 
+	local ckdirs
+	ckdirs=$(extracted_checkpoints)
 	run_nerdctl start --checkpoint ck1 eng
 	wait_healthy "$port"
+	no_checkpoint_left "$ckdirs"
 
 	is "$(state_of "$port" pid)" "$pid0" "same engine process (pid in the container)"
 	is "$(state_of "$port" start_time)" "$start0" "same start time: restored, not restarted"
@@ -60,8 +85,11 @@ teardown_file() {
 	engine POST "$port" /release_memory_occupation '{}' >/dev/null
 	is "$(state_of "$port" loaded)" "false" "weights released"
 	run_nerdctl checkpoint create eng2 ck2
+	local ckdirs
+	ckdirs=$(extracted_checkpoints)
 	run_nerdctl start --checkpoint ck2 eng2
 	wait_for "engine on port $port to answer" 30 engine GET "$port" /state
+	no_checkpoint_left "$ckdirs"
 	is "$(state_of "$port" loaded)" "false" "still released right after restore"
 
 	engine POST "$port" /resume_memory_occupation '{}' >/dev/null
