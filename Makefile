@@ -91,7 +91,7 @@ $(BIN)/runc: $(PINS)/runc scripts/apply-patches.sh $(call series,runc-patches) |
 
 # The patch series' own unit tests, run in the patched trees. CRI's package
 # runs only ours: some upstream tests there assume cgroup v2.
-# The in-place tests (0017, 0018) call the built mkfs.erofs.
+# The in-place tests (0018, 0019) call the built mkfs.erofs.
 test-patches: $(BIN)/containerd $(BIN)/runc $(BIN)/mkfs.erofs
 	cd $(SRC)/containerd && PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test ./internal/checkpointimage/ -test.root
 	cd $(SRC)/containerd && PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test -run 'TestReadAhead|TestReadAtAhead|TestApplyDiffID|TestApplyUncompressedDiffIDIsBlobDigest|TestApplyDirectFromLocalStore|TestApplyInPlace' ./core/diff/apply/ -test.root
@@ -179,7 +179,7 @@ bench: build ## benchmarks: restore phase times, first vs cached
 	scripts/bench.sh
 
 # mkfs.erofs: containerd indexes a checkpoint layer with it, so the restore
-# reads the layer in place (containerd-patches/0017).
+# reads the layer in place (containerd-patches/0018).
 $(BIN)/mkfs.erofs: $(PINS)/erofs scripts/build-erofs-utils.sh | $(BUILDDIR)/.deps
 	scripts/build-erofs-utils.sh $(EROFS_UTILS_VERSION) $(EROFS_UTILS_DEB_VERSION) $(EROFS_UTILS_SHA256) $(SRC)/erofs-utils $(BUILDDIR)
 

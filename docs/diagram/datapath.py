@@ -42,6 +42,7 @@ PATCHES = {
     "c-cold-tasks": ("containerd-patches", "tasks-start-cold-when-the-runtime-fails"),
     "c-cold-cri": ("containerd-patches", "cri-start-cold-when-the-runtime-fails"),
     "c-gc-unlink": ("containerd-patches", "metadata-unlink-a-collected-snapshot"),
+    "c-ckpt-dir": ("containerd-patches", "tasks-remove-the-directory-a-checkpoint-is-extracted"),
     "c-fault": ("containerd-patches", "archive-fault-a-large-file-s-pages"),
     "c-nohash": ("containerd-patches", "diff-apply-do-not-hash-an-uncompressed-layer"),
     "c-direct": ("containerd-patches", "diff-apply-read-a-layer-s-blob-with-O_DIRECT"),
@@ -209,6 +210,7 @@ AROUND = [
     P("c-phases", "each restore's phase times logged"), P("c-criu-cause", "CRIU's own errors named"),
     P("c-cold-tasks", "a failed restore starts cold (tasks), a wait follows it"),
     P("c-cold-cri", "the same under CRI"), P("c-gc-unlink", "GC unlinks a collected snapshot"),
+    P("c-ckpt-dir", "a containerd1 checkpoint's extracted copy removed after the restore"),
 ]
 
 

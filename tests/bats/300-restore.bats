@@ -204,7 +204,7 @@ PY
 	run_nerdctl rm -f r1
 }
 
-# nerdctl unpacked the image to run it: containerd-patches/0007 reads the
+# nerdctl unpacked the image to run it: containerd-patches/0008 reads the
 # checkpoint from that snapshot instead of extracting the layer again.
 @test "restores read the checkpoint from the unpacked image, extracting nothing" {
 	local image=rekindle.local/ckpt:engine layer p1 p2 misses

@@ -101,11 +101,11 @@ assert_resumed() {
 	is "$(jq -r .status.annotations.restored <<<"$info")" "true" "restored annotation"
 	is "$(jq -r .status.annotations.checkpointImage <<<"$info")" "$image" "checkpointImage annotation"
 	logged "Found checkpoint of container engine in $image"
-	# containerd-patches/0004: the base image comes from the local store.
+	# containerd-patches/0005: the base image comes from the local store.
 	logged "base image $ENGINE_IMAGE (sha256:[0-9a-f]*) found in the local store by digest"
 	logged "Restored container $CTR successfully"
-	# containerd-patches/0006: CRI sets the checkpoint up in the cache once
-	# (0007: from the unpacked image when the import unpacked it, else by
+	# containerd-patches/0007: CRI sets the checkpoint up in the cache once
+	# (0008: from the unpacked image when the import unpacked it, else by
 	# extracting the layer); a second restore of the image reads it from there.
 	logged "checkpoint cache\(: using the unpacked checkpoint image as the\| miss: building\) extracted checkpoint of checkpoint layer"
 	cri_do rmp --force "$POD"
@@ -165,7 +165,7 @@ start_resumed() {
 	start_resumed "$port"
 }
 
-# holds: the containers' holds on checkpoint cache entries (containerd-patches/0006).
+# holds: the containers' holds on checkpoint cache entries (containerd-patches/0007).
 holds() {
 	k8s_ctr snapshots ls 2>/dev/null | awk '$1 ~ /^checkpoint-restore\/.*\/checkpoint$/ {print $1}'
 }

@@ -26,7 +26,7 @@ import (
 )
 
 // The test vector's key pair, as 'openssl genpkey -algorithm ed25519' and
-// 'openssl pkey -pubout' wrote it; containerd-patches/0020's
+// 'openssl pkey -pubout' wrote it; containerd-patches/0021's
 // TestSignatureVector holds the same public key, manifest and signature.
 const (
 	vectorKey = `-----BEGIN PRIVATE KEY-----
