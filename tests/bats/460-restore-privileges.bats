@@ -101,17 +101,17 @@ restores() {
 	restores c2 --security-opt "seccomp=$profile"
 }
 
-@test "nerdctl: a checkpoint's hard limits restore only where the spec gives them, its oom_score_adj goes no lower than the spec's" {
+@test "nerdctl: a restore holds the checkpoint's hard limits and oom_score_adj to the spec's" {
 	IMAGE=rekindle.local/ckpt:limits
 	checkpoint_engine "$IMAGE" --ulimit nofile=4096:4096 --oom-score-adj 100
 
-	refused l1 "has a hard RLIMIT_NOFILE of 4096, above the container's 1024, without CAP_SYS_RESOURCE" \
-		--ulimit nofile=1024:1024 --oom-score-adj 100
-	# CRIU writes the checkpoint's 100; runc raises it to the spec's before
-	# the engine resumes, as a start of this spec would have it.
-	restores l2 --ulimit nofile=4096:4096 --oom-score-adj 500
-	run_nerdctl inspect -f '{{.State.Pid}}' l2
+	# CRIU sets the checkpoint's 4096 and 100; runc lowers the one and
+	# raises the other to the spec's before the engine resumes, as a start
+	# of this spec would have them.
+	restores l1 --ulimit nofile=1024:1024 --oom-score-adj 500
+	run_nerdctl inspect -f '{{.State.Pid}}' l1
 	local pid=$output
 	is "$(cat "/proc/$pid/oom_score_adj")" 500 "the restored engine's oom_score_adj"
-	is "$(awk '/^Max open files/ {print $5}' "/proc/$pid/limits")" 4096 "the restored engine's hard RLIMIT_NOFILE"
+	is "$(awk '/^Max open files/ {print $5}' "/proc/$pid/limits")" 1024 "the restored engine's hard RLIMIT_NOFILE"
+	is "$(awk '/^Max open files/ {print $4}' "/proc/$pid/limits")" 1024 "the restored engine's soft RLIMIT_NOFILE"
 }
