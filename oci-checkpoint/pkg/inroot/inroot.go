@@ -85,10 +85,7 @@ func (r *Root) ChownDir(dir string, uid, gid int) error {
 
 // WriteFile writes name atomically: a temporary file beside it, renamed.
 func (r *Root) WriteFile(name string, data []byte, mode os.FileMode) error {
-	f, err := r.writeFile(name, data, mode, false)
-	if f != nil {
-		f.Close()
-	}
+	_, err := r.writeFile(name, data, mode, false)
 	return err
 }
 
@@ -118,9 +115,13 @@ func (r *Root) writeFile(name string, data []byte, mode os.FileMode, hold bool) 
 		}
 		return nil, err
 	}
+	var held *os.File
 	done := false
 	defer func() {
 		if !done {
+			if held != nil {
+				held.Close()
+			}
 			_ = r.Remove(tmp)
 		}
 	}()
@@ -132,7 +133,6 @@ func (r *Root) writeFile(name string, data []byte, mode os.FileMode, hold bool) 
 		f.Close()
 		return nil, err
 	}
-	var held *os.File
 	if hold {
 		// Our own descriptor, reopened: no name in the container is walked.
 		held, err = os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -142,15 +142,9 @@ func (r *Root) writeFile(name string, data []byte, mode os.FileMode, hold bool) 
 		}
 	}
 	if err := f.Close(); err != nil {
-		if held != nil {
-			held.Close()
-		}
 		return nil, err
 	}
 	if err := r.rename(tmp, name); err != nil {
-		if held != nil {
-			held.Close()
-		}
 		return nil, err
 	}
 	done = true
