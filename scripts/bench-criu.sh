@@ -22,10 +22,14 @@
 # killed again. The floors, from the first shape's largest pages image:
 # pagefill reading it with pread() into fresh anonymous memory by 1 and by
 # all threads from the page cache, and by all threads with O_DIRECT from a
-# cold disk, in the same run. The report gives each cold restore's rate
-# (pages images' bytes over the whole restore's seconds) as a share of that
-# last floor, and the read path the patched fills took (with O_DIRECT or
-# through the page cache: criu's --restore-direct-io, auto by default).
+# cold disk, in the same run. Each shape's cold floor is its own pages
+# images read at once, each by all threads with O_DIRECT, as a restore
+# reads them, measured after every round of cold restores (the disk of a
+# virtual machine varies by a fifth from minute to minute): the report
+# gives each cold restore's rate (pages images' bytes over the whole
+# restore's seconds) as a share of the median of these, and the read path
+# the patched fills took (with O_DIRECT or through the page cache: criu's
+# --restore-direct-io, auto by default).
 #
 # Fill rates: one more untimed restore with each criu, warm and (where the
 # run has cold restores) cold, at -v3 (its timed ones run at -v2: logging
@@ -132,6 +136,23 @@ wait_free() {
 	tree_pid=
 }
 drop_caches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
+# cold_floor SHAPE: its pages images read at once from a cold page cache,
+# each by pagefill with all threads and O_DIRECT (buffered where the file
+# system takes no O_DIRECT: tmpfs); a JSON line.
+cold_floor() {
+	local imgs=("$dir"/img/pages-*.img) f s e p pids=() direct=direct failed=0
+	dd if="${imgs[0]}" of=/dev/null bs=4096 count=1 iflag=direct status=none 2>/dev/null || direct=
+	drop_caches
+	s=$(date +%s.%N)
+	for f in "${imgs[@]}"; do
+		"$dir/pagefill" "$f" "$cpus" $direct >/dev/null &
+		pids+=($!)
+	done
+	for p in "${pids[@]}"; do wait "$p" || failed=1; done
+	e=$(date +%s.%N)
+	((failed == 0)) || die "$1: pagefill of its pages images failed"
+	echo "{\"shape\": \"$1\", \"direct\": $([ -n "$direct" ] && echo true || echo false), \"files\": ${#imgs[@]}, \"bytes\": $(stat -c %s "${imgs[@]}" | awk '{ n += $1 } END { print n }'), \"seconds\": $(elapsed "$s" "$e")}"
+}
 # elapsed FROM TO: seconds between two `date +%s.%N` stamps.
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 
@@ -282,8 +303,9 @@ if [ -n "${BENCH_CRIU_UPSTREAM:-}" ]; then
 	"$upstream" --version >/dev/null || die "$upstream does not run here"
 	variants+=" upstream"
 fi
-results=$dir/results.jsonl shapes_json=$dir/shapes.jsonl fills_json=$dir/fills.jsonl
+results=$dir/results.jsonl shapes_json=$dir/shapes.jsonl fills_json=$dir/fills.jsonl floors_json=$dir/floors.jsonl
 : >"$results"
+: >"$floors_json"
 : >"$shapes_json"
 : >"$fills_json"
 floor1= floorn= floorcold=
@@ -319,6 +341,7 @@ for shape in ${BENCH_CRIU_SHAPES:-heap cow tree}; do
 		order=$variants
 		((r % 2)) || order=$(tr ' ' '\n' <<<"$variants" | tac | xargs)
 		for v in $order; do restore "$shape" "$v" cold >>"$results"; done
+		cold_floor "$shape" >>"$floors_json"
 	done
 	# One more restore with each criu, untimed, warm and cold, at -v3 (it
 	# would slow the timed ones, stock's most): when each task filled its
@@ -365,9 +388,10 @@ jq -n --argjson cpus "$cpus" --argjson size_gib "$gb" --argjson shared_mib "$sha
 	--argjson floor1 "$floor1" --argjson floorn "$floorn" --argjson floorcold "$floorcold" --arg host "$(uname -n)" \
 	--arg kernel "$(uname -r)" --arg cpu "$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2- | xargs)" \
 	--slurpfile shapes "$shapes_json" --slurpfile runs "$results" --slurpfile fills "$fills_json" \
+	--slurpfile cold_floors "$floors_json" \
 	'{host: $host, kernel: $kernel, cpu: $cpu, cpus: $cpus, size_gib: $size_gib, shared_mib_each: $shared_mib,
 	  floor_1_thread: $floor1, floor_all_threads: $floorn, floor_cold_direct: $floorcold,
-	  shapes: $shapes, restores: $runs, fills: $fills}' >"$json"
+	  cold_floors: $cold_floors, shapes: $shapes, restores: $runs, fills: $fills}' >"$json"
 report_py=/usr/bin/python3
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || report_py=python3
 "$report_py" "$root/scripts/bench-criu-report.py" "$json" || note "no chart or table: the raw result is $json"
