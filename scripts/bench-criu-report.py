@@ -55,7 +55,7 @@ def main(path):
         lines.append("| " + " | ".join(row) + " |")
 
     def fills(sh):
-        got = [re.match(r"Filling (\d+) MiB of (premapped private|private|shared) memory.* with (\d+) (\w+)(?:, reading \S+ (with O_DIRECT|through the page cache)[^,]*)?(, comparing through the page cache)?", f) for f in sh.get("parallel_fills", [])]
+        got = [re.match(r"Filling (\d+) MiB of (premapped private|private|shared) memory.* with (\d+) (\w+)(?:, reading \S+ (with O_DIRECT|through the page cache)[^,]*)?(, comparing \S+ through the page cache)?", f) for f in sh.get("parallel_fills", [])]
         return ", ".join(f"{m[1]} MiB {m[2]} by {m[3]} {m[4]}" + (f" {m[5]}" if m[5] else "") + (" (compared through the page cache)" if m[6] else "") for m in got if m) or "none"
 
     def shape_floor(shape):

@@ -139,11 +139,11 @@ direct=$(grep -c 'Filling .* private memory .* with [2-9][0-9]* threads, reading
 dshared=$(grep -c 'Filling .* shared memory .* with [2-9][0-9]* processes, reading pages-[0-9]*.img with O_DIRECT' <<<"$logs" || true)
 dpremap=$(grep -c 'Filling .* premapped private memory, .* with [2-9][0-9]* processes, reading pages-[0-9]*.img with O_DIRECT' <<<"$logs" || true)
 # Compare chunks are read aside, through the page cache even then (criu-patches/0007).
-dcow=$(grep -c 'Filling .* premapped private memory, [1-9][0-9]* pages of it compared .* with [2-9][0-9]* processes.*, comparing through the page cache' <<<"$logs" || true)
+dcow=$(grep -c 'Filling .* premapped private memory, [1-9][0-9]* pages of it compared .* with [2-9][0-9]* processes.*, comparing pages-[0-9]*.img through the page cache' <<<"$logs" || true)
 [ "$direct" -gt 0 ] || die "zdtm: CRIU_FAULT=141 filled no private memory with O_DIRECT (no 'Filling ... with O_DIRECT' in restore.log)"
 [ "$dshared" -gt 0 ] || die "zdtm: CRIU_FAULT=141 filled no shared memory with O_DIRECT"
 [ "$dpremap" -gt 0 ] || die "zdtm: CRIU_FAULT=141 filled no premapped memory with O_DIRECT"
-[ "$dcow" -gt 0 ] || die "zdtm: CRIU_FAULT=141 compared no copy-on-write memory in helpers (no ', comparing through the page cache')"
+[ "$dcow" -gt 0 ] || die "zdtm: CRIU_FAULT=141 compared no copy-on-write memory in helpers (no ', comparing pages-N.img through the page cache')"
 ! grep -q 'O_DIRECT reads of .* failed' <<<"$logs" ||
 	die "zdtm: an O_DIRECT read failed and fell back: $(grep -m1 'O_DIRECT reads of' <<<"$logs")"
 note "zdtm: O_DIRECT filled private memory in $direct tasks, shared memory in $dshared mappings, premapped memory in $dpremap tasks; helpers compared memory in $dcow tasks"
