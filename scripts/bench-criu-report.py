@@ -90,8 +90,10 @@ def main(path):
     ]
     if cold_vs_floor():
         lines += [
-            "Cold restores against each shape's own O_DIRECT floor (all its pages images read at once, each by "
-            f"{r['cpus']} threads with O_DIRECT, after every round of cold restores; the median of those) as pages "
+            "Cold restores against each shape's own cold floor (all its pages images read at once, each by "
+            f"{r['cpus']} threads "
+            + ("with O_DIRECT" if all(f.get("direct") for f in r["cold_floors"]) else "through the page cache where the file system takes no O_DIRECT")
+            + ", after every round of cold restores; the median of those) as pages "
             "images' bytes over the whole restore's median seconds, process creation and all: "
             + "; ".join(cold_vs_floor()) + ".",
             "",

@@ -151,7 +151,7 @@ cold_floor() {
 	for p in "${pids[@]}"; do wait "$p" || failed=1; done
 	e=$(date +%s.%N)
 	((failed == 0)) || die "$1: pagefill of its pages images failed"
-	echo "{\"shape\": \"$1\", \"direct\": $([ -n "$direct" ] && echo true || echo false), \"files\": ${#imgs[@]}, \"bytes\": $(stat -c %s "${imgs[@]}" | awk '{ n += $1 } END { print n }'), \"seconds\": $(elapsed "$s" "$e")}"
+	echo "{\"shape\": \"$1\", \"direct\": $([ -n "$direct" ] && echo true || echo false), \"files\": ${#imgs[@]}, \"bytes\": $(stat -c %s "${imgs[@]}" | awk '{ n += $1 } END { printf "%d", n }'), \"seconds\": $(elapsed "$s" "$e")}"
 }
 # elapsed FROM TO: seconds between two `date +%s.%N` stamps.
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
