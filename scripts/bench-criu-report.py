@@ -88,14 +88,15 @@ def main(path):
         f"{fc['gbps']:.2f} GB/s with {fc['threads']} from a cold disk with O_DIRECT.",
         "",
     ]
-    if cold_vs_floor():
+    vs_floor = cold_vs_floor()
+    if vs_floor:
         lines += [
             "Cold restores against each shape's own cold floor (all its pages images read at once, each by "
             f"{r['cpus']} threads "
             + ("with O_DIRECT" if all(f.get("direct") for f in r["cold_floors"]) else "through the page cache where the file system takes no O_DIRECT")
             + ", after every round of cold restores; the median of those) as pages "
             "images' bytes over the whole restore's median seconds, process creation and all: "
-            + "; ".join(cold_vs_floor()) + ".",
+            + "; ".join(vs_floor) + ".",
             "",
         ]
     low = []
@@ -103,7 +104,7 @@ def main(path):
         t, floor = secs(sh["shape"], "patched", "cold"), shape_floor(sh["shape"])
         if t and floor and sh["image_bytes"] / t / 1e9 < 0.9 * floor[0]:
             low.append(f"{sh['shape']} ({sh['image_bytes'] / t / 1e9 / floor[0]:.0%})")
-    if cold_vs_floor():
+    if vs_floor:
         lines.append("Patched cold restores at >= 90% of their shape's floor: " + ("met." if not low else "not met: " + ", ".join(low) + "."))
         lines.append("")
     slow = [f"{n} {k} ({x:.2f}x)" for n, k, x in verdict if x < 0.95]
