@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,10 +35,14 @@ func Open(dir string) (*Root, error) {
 func (r *Root) Close() error { return unix.Close(r.fd) }
 
 func (r *Root) open(name string, flags uint64, mode uint64) (*os.File, error) {
+	return r.openHow(name, flags, mode, unix.RESOLVE_IN_ROOT|unix.RESOLVE_NO_MAGICLINKS)
+}
+
+func (r *Root) openHow(name string, flags, mode, resolve uint64) (*os.File, error) {
 	fd, err := unix.Openat2(r.fd, name, &unix.OpenHow{
 		Flags:   flags | unix.O_CLOEXEC,
 		Mode:    mode,
-		Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+		Resolve: resolve,
 	})
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: filepath.Join(r.Path, name), Err: err}
@@ -179,6 +184,30 @@ func (r *Root) ReadFile(name string) ([]byte, error) {
 		return nil, err
 	}
 	defer p.Close()
+	return readChecked(p, MaxReadSize)
+}
+
+// ReadFileBeneath reads name as ReadFile does, at most limit bytes, but
+// follows symlinks that stay beneath the root: the kubelet's volumes are
+// made of them (token -> ..data/token -> ..2025_01_01_00_00_00.1/token).
+// One that leads out of the root, absolute or by "..", is refused rather
+// than resolved inside it; what the name ends at must be a regular file.
+func (r *Root) ReadFileBeneath(name string, limit int64) ([]byte, error) {
+	rel := strings.TrimPrefix(filepath.Clean("/"+name), "/")
+	p, err := r.openHow(rel, unix.O_PATH, 0, unix.RESOLVE_BENEATH|unix.RESOLVE_NO_MAGICLINKS)
+	if errors.Is(err, unix.EXDEV) {
+		return nil, fmt.Errorf("%s: a symlink in it leads out of %s: refusing to follow it", filepath.Join(r.Path, rel), r.Path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	return readChecked(p, limit)
+}
+
+// readChecked reads the file p (an O_PATH descriptor) holds when it is a
+// regular file of at most limit bytes.
+func readChecked(p *os.File, limit int64) ([]byte, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(p.Fd()), &st); err != nil {
 		return nil, &os.PathError{Op: "stat", Path: p.Name(), Err: err}
@@ -186,8 +215,8 @@ func (r *Root) ReadFile(name string) ([]byte, error) {
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil, fmt.Errorf("%s is %s, not a regular file: refusing to read it", p.Name(), fileKind(st.Mode))
 	}
-	if st.Size > MaxReadSize {
-		return nil, fmt.Errorf("%s is larger than %d bytes (%d): refusing to read it", p.Name(), MaxReadSize, st.Size)
+	if st.Size > limit {
+		return nil, fmt.Errorf("%s is larger than %d bytes (%d): refusing to read it", p.Name(), limit, st.Size)
 	}
 	// Reopen the inode just checked, for reading: through the O_PATH
 	// descriptor, so nothing the container swaps in meanwhile is opened.
@@ -205,11 +234,11 @@ func (r *Root) ReadFile(name string) ([]byte, error) {
 	defer f.Close()
 	// It may have grown since the fstat: read one byte past the cap to tell.
 	buf := make([]byte, 0, max(st.Size+1, 512))
-	for len(buf) <= MaxReadSize {
+	for int64(len(buf)) <= limit {
 		if len(buf) == cap(buf) {
 			buf = append(buf, 0)[:len(buf)]
 		}
-		n, err := f.Read(buf[len(buf):min(cap(buf), MaxReadSize+1)])
+		n, err := f.Read(buf[len(buf):min(int64(cap(buf)), limit+1)])
 		buf = buf[:len(buf)+n]
 		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
 			return buf, nil
@@ -218,7 +247,7 @@ func (r *Root) ReadFile(name string) ([]byte, error) {
 			return nil, err
 		}
 	}
-	return nil, fmt.Errorf("%s is larger than %d bytes: refusing to read it", p.Name(), MaxReadSize)
+	return nil, fmt.Errorf("%s is larger than %d bytes: refusing to read it", p.Name(), limit)
 }
 
 // fileKind names the type in mode, with its article, for messages.

@@ -12,6 +12,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
+
+	"rekindle.local/oci-checkpoint/pkg/inroot"
 )
 
 // The annotations the hook reads. containerd's CRI sets these last, from
@@ -74,9 +76,7 @@ func containerdNamespace(bundle, id string) string {
 
 // bundleToken reads the token of the service account volume the bundle's
 // spec mounts at ServiceAccountDir (the last such mount wins, as in the
-// container); "" when there is none or it cannot be read. It opens
-// without blocking and reads only a small regular file: the volume may be
-// one the pod chose.
+// container); "" when there is none or it cannot be read.
 func bundleToken(bundle string) string {
 	if bundle == "" {
 		return ""
@@ -98,15 +98,31 @@ func bundleToken(bundle string) string {
 	if src == "" {
 		return ""
 	}
-	t, err := readSmall(filepath.Join(src, "token"), maxTokenSize)
+	t, err := readToken(src)
 	if err != nil {
 		return ""
 	}
-	return string(t)
+	return t
+}
+
+// readToken reads DIR/token from a service account volume. The volume may
+// be one the pod chose and filled (an emptyDir), so the name is resolved
+// beneath DIR only, and only a small regular file is opened: a symlink out
+// of the volume or a device node would have host root open what the pod
+// picked.
+func readToken(dir string) (string, error) {
+	r, err := inroot.Open(dir)
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	b, err := r.ReadFileBeneath("token", maxTokenSize)
+	return string(b), err
 }
 
 // readSmall reads a regular file of at most max bytes, without blocking
-// on a FIFO or acting on a device.
+// on a FIFO. It opens p before checking it: only for files the runtime
+// owns (the bundle's config.json).
 func readSmall(p string, max int64) ([]byte, error) {
 	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NONBLOCK|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {
