@@ -101,7 +101,7 @@ test-patches: $(BIN)/containerd $(BIN)/runc $(BIN)/mkfs.erofs
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestContainerStoreUpdate' ./internal/cri/store/container/
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestWaitFollowsColdTask|TestCreateFromCheckpointRemovesExtractedDir' ./plugins/services/tasks/
 	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestWithCRIUCause' ./cmd/containerd-shim-runc-v2/process/
-	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -tags "$(RUNC_BUILDTAGS)" -run 'TestAddCriu|TestUpLoopback|TestHasLoopback|TestOwnNetwork|TestCheckRestorePrivileges|TestRestoreLsmProfile|TestRaiseOomScoreAdj|TestCheckTaskLoginuid|TestLowerRlimits' ./libcontainer/
+	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -tags "$(RUNC_BUILDTAGS)" -run 'TestAddCriu|TestUpLoopback|TestHasLoopback|TestOwnNetwork|TestCheckRestorePrivileges|TestCheckCgroups|TestCheckMounts|TestRestoreLsmProfile|TestRaiseOomScoreAdj|TestCheckTaskLoginuid|TestLowerRlimits' ./libcontainer/
 	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -tags "$(RUNC_BUILDTAGS)" -run 'TestProgram|TestEnosysStub_SameProgramEachTime' ./libcontainer/seccomp/...
 UNIT_TESTS += test-patches
 
