@@ -133,7 +133,8 @@ $(BIN)/nvidia-ctk $(BIN)/nvidia-cdi-hook &: $(PINS)/nvctk | $(BUILDDIR)/.deps
 $(BIN)/checkpointctl: $(PINS)/checkpointctl | $(BUILDDIR)/.deps
 	scripts/fetch-module.sh $(CHECKPOINTCTL_MODULE) $(CHECKPOINTCTL_VERSION) $(CHECKPOINTCTL_SUM) $(SRC)/checkpointctl
 	cd $(SRC)/checkpointctl && $(GO) mod edit -require=$(CHECKPOINTCTL_GOCRIU) && \
-		$(GOBUILD) -o $(ABSBIN)/checkpointctl .
+		$(GOBUILD) -o $(ABSBIN)/checkpointctl . && \
+		$(GOBUILD) -o $(ABSBIN)/crit github.com/checkpoint-restore/go-criu/v8/crit/cmd
 
 $(BIN)/crictl: $(PINS)/critools | $(BUILDDIR)/.deps
 	GONOSUMDB=$(CRITOOLS_MODULE) scripts/fetch-module.sh $(CRITOOLS_MODULE) $(CRITOOLS_VERSION) $(CRITOOLS_SUM) $(SRC)/cri-tools

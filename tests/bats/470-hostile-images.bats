@@ -1,0 +1,260 @@
+#!/usr/bin/env bats
+# A checkpoint image is hostile until proven otherwise. CRIU restores as host
+# root from the image's own files: cgroup.img, mountpoints-N.img, ids-N.img,
+# the cores and files.img. Each test here crafts one such file with crit (the
+# images a real dump wrote, decoded, changed, encoded again) and checks that
+# runc refuses it before CRIU acts, naming the image file and the field, and
+# that nothing on the host changed: a canary folder and file under the test's
+# temporary directory.
+
+load helpers
+
+setup_file() {
+	need_built oci-checkpoint crit
+	command -v busybox >/dev/null || skip "busybox is not installed (scripts/deps.sh installs busybox-static)"
+	stack_up
+	load_image base
+	load_image cpu-engine
+	export CONTAINERD_ADDRESS=$RK_DIR/containerd.sock
+}
+
+teardown() {
+	local c
+	for c in $(runc_ list -q 2>/dev/null); do runc_ delete -f "$c" >/dev/null 2>&1 || true; done
+	[ -z "${RK_DIR:-}" ] || remove_containers
+}
+
+teardown_file() {
+	stack_down
+}
+
+runc_() { PATH=$BIN:$PATH "$BIN/runc" --root "$BATS_FILE_TMPDIR/runc" "$@"; }
+
+# canaries: a folder only root may enter, holding a file that says "safe".
+canaries() {
+	CANARY=$BATS_TEST_TMPDIR/canary
+	mkdir -p "$CANARY/victim"
+	chmod 0700 "$CANARY/victim"
+	echo safe >"$CANARY/victim/canary"
+}
+
+canaries_intact() {
+	is "$(stat -c %a "$CANARY/victim")" "700" "the canary folder's mode"
+	is "$(cat "$CANARY/victim/canary")" "safe" "the canary file"
+	[ ! -e "$CANARY/newdir" ] || die "$CANARY/newdir was created"
+}
+
+# bundle DIR [JQ]: a runc bundle in DIR whose process, busybox as root with
+# the default capabilities, loops; JQ changes its config.json.
+bundle() {
+	local dir=$1 jq=${2:-.}
+	mkdir -p "$dir/rootfs/bin" "$dir/rootfs/tmp"
+	cp "$(command -v busybox)" "$dir/rootfs/bin/busybox"
+	ln -sf busybox "$dir/rootfs/bin/sh"
+	(cd "$dir" && "$BIN/runc" spec)
+	jq '.process.terminal = false | .root.readonly = false
+		| .process.args = ["/bin/sh", "-c", "while :; do sleep 1; done"]' "$dir/config.json" |
+		jq "$jq" >"$dir/config.new"
+	mv "$dir/config.new" "$dir/config.json"
+}
+
+# dump NAME DIR [JQ]: run a bundle (bundle's JQ) as container NAME and
+# checkpoint it into DIR/img.
+dump() {
+	local name=$1 dir=$2
+	bundle "$dir" "${3:-.}"
+	(cd "$dir" && runc_ run -d "$name" </dev/null >/dev/null 2>&1) || die "runc run $name failed"
+	run_cmd runc_ checkpoint --image-path "$dir/img" --work-path "$dir/work" "$name"
+}
+
+# craft IMG PYTHON: decode the CRIU image IMG with crit, let PYTHON change
+# the JSON (bound to d), encode it again in place.
+craft() {
+	local img=$1
+	"$BIN/crit" decode -i "$img" -o "$img.json" || die "crit decode $img"
+	python3 -c "import json, sys
+d = json.load(open(sys.argv[1]))
+$2
+json.dump(d, open(sys.argv[1], 'w'))" "$img.json" || die "crafting $img"
+	"$BIN/crit" encode -i "$img.json" -o "$img" || die "crit encode $img"
+	rm "$img.json"
+}
+
+# refused NAME DIR WHAT...: runc restore of DIR/img as NAME fails before
+# CRIU runs, the error naming each WHAT; no task of it runs.
+refused() {
+	local name=$1 dir=$2 w
+	shift 2
+	run_cmd 1 runc_ restore -d --image-path "$dir/img" --work-path "$dir/work" --bundle "$dir" "$name"
+	for w in "$@"; do
+		[[ $output == *"$w"* ]] || die "the error does not name '$w': $output"
+	done
+	[[ $output == *"refusing to restore"* ]] || die "not refused by runc's check: $output"
+	[ ! -e "$dir/work/restore.log" ] || die "CRIU ran: $(tail -5 "$dir/work/restore.log")"
+	run runc_ list -q
+	[ -z "$output" ] || die "runc lists a container after a refused restore: $output"
+}
+
+# hostile_cgroups IMG DIR: the attack on cgroup.img shown against the
+# earlier build: the first controller gets DIR/victim (mode 0777 asked) and
+# a new DIR/newdir whose "property" ../victim/canary says pwned, each
+# reached from the cgroup yard through "..".
+hostile_cgroups() {
+	craft "$1" "
+up = '../' * 24
+c = d['entries'][0]['controllers'][0]
+perms = {'mode': 0o40777, 'uid': 0, 'gid': 0}
+c.setdefault('dirs', []).append({'dir_name': up + '$2/victim'.lstrip('/'), 'dir_perms': perms})
+c['dirs'].append({'dir_name': up + '$2/newdir'.lstrip('/'), 'dir_perms': perms, 'properties': [
+    {'name': '../victim/canary', 'value': 'pwned', 'perms': {'mode': 0o100644, 'uid': 0, 'gid': 0}}]})
+"
+}
+
+@test "runc restore: a cgroup.img whose directories and properties climb out of the cgroup yard is refused, the host untouched" {
+	canaries
+	local d=$BATS_TEST_TMPDIR/b
+	dump h-cg "$d"
+	hostile_cgroups "$d/img/cgroup.img" "$CANARY"
+	refused h-cg "$d" "checkpoint image cgroup.img" "dir_name" ".."
+	canaries_intact
+
+	# A thread moved to another cgroup set (CRIU's cgroupd would move it).
+	dump h-cg2 "$d/2"
+	craft "$d/2/img/core-1.img" "d['entries'][0]['thread_core']['cg_set'] += 1"
+	refused h-cg2 "$d/2" "is in cgroup set"
+}
+
+@test "runc restore: a mount image that mounts more than the config is refused" {
+	canaries
+	local d=$BATS_TEST_TMPDIR/b vol=$CANARY/victim
+	# A host folder bound read-only at /data.
+	local ro='.mounts += [{"destination": "/data", "type": "bind", "source": "'$vol'", "options": ["rbind", "ro"]}]'
+	dump h-mnt "$d" "$ro"
+	cp -a "$d/img" "$d/img.orig"
+	# The bind comes back read-write.
+	craft "$d/img/$(cd "$d/img" && ls mountpoints-*.img)" "
+for m in d['entries']:
+    if m['mountpoint'] == '/data':
+        m['flags'] &= ~1
+"
+	refused h-mnt "$d" "mountpoints-" "mount " "at /data" "lacks ro, which the config sets"
+
+	# A second proc (its /proc/sys writable) at /tmp.
+	rm -rf "$d/img" && cp -a "$d/img.orig" "$d/img"
+	craft "$d/img/$(cd "$d/img" && ls mountpoints-*.img)" "
+proc = next(m for m in d['entries'] if m['mountpoint'] == '/proc')
+extra = dict(proc, mnt_id=999, mountpoint='/tmp')
+extra['parent_mnt_id'] = next(m['mnt_id'] for m in d['entries'] if m['mountpoint'] == '/')
+d['entries'].append(extra)
+"
+	refused h-mnt "$d" "mount 999 at /tmp (fstype PROC, root /): the config mounts no such filesystem there"
+
+	# No read-only /proc/sys, which the config asks for.
+	rm -rf "$d/img" && cp -a "$d/img.orig" "$d/img"
+	craft "$d/img/$(cd "$d/img" && ls mountpoints-*.img)" "
+d['entries'] = [m for m in d['entries'] if m['mountpoint'] != '/proc/sys']
+"
+	refused h-mnt "$d" "does not mask /proc/sys"
+	canaries_intact
+}
+
+@test "runc restore: an image that gives its task a user namespace of its own is refused" {
+	local d=$BATS_TEST_TMPDIR/b
+	dump h-userns "$d"
+	craft "$d/img/ids-1.img" "d['entries'][0]['user_ns_id'] += 1000"
+	refused h-userns "$d" "checkpoint image ids-1.img gives task 1 a user namespace of its own"
+}
+
+# What container engines grant by default: CAP_SETUID and CAP_SETGID too.
+DEFAULT_CAPS='["CAP_CHOWN","CAP_DAC_OVERRIDE","CAP_FSETID","CAP_FOWNER","CAP_MKNOD","CAP_NET_RAW","CAP_SETGID",
+	"CAP_SETUID","CAP_SETFCAP","CAP_SETPCAP","CAP_NET_BIND_SERVICE","CAP_SYS_CHROOT","CAP_KILL","CAP_AUDIT_WRITE"]'
+
+@test "runc restore: a root task restored as user 1000 with no-new-privileges and the default capabilities is refused" {
+	local d=$BATS_TEST_TMPDIR/b caps
+	caps=".process.capabilities = {bounding: $DEFAULT_CAPS, effective: $DEFAULT_CAPS, permitted: $DEFAULT_CAPS}"
+	dump h-user "$d" "$caps"
+	# After its exec, such a process holds no capability: none is ambient.
+	jq '.process.user = {"uid": 1000, "gid": 1000} | .process.noNewPrivileges = true' "$d/config.json" >"$d/c" &&
+		mv "$d/c" "$d/config.json"
+	refused h-user "$d" "uid is 0, the config's user is 1000"
+}
+
+@test "runc restore: a socket bound to port 80 is refused where the config neither grants CAP_NET_BIND_SERVICE nor lowers the port range" {
+	local d=$BATS_TEST_TMPDIR/b
+	# Bound without the capability: this config lets any user bind port 80.
+	dump h-port "$d" '.process.args = ["/bin/busybox", "nc", "-l", "-p", "80"]
+		| .process.capabilities |= with_entries(.value -= ["CAP_NET_BIND_SERVICE"])
+		| .linux.sysctl = {"net.ipv4.ip_unprivileged_port_start": "0"}'
+	jq 'del(.linux.sysctl)' "$d/config.json" >"$d/c" && mv "$d/c" "$d/config.json"
+	refused h-port "$d" "checkpoint image files.img" "isk.src_port 80" "CAP_NET_BIND_SERVICE"
+}
+
+@test "runc restore: a container of its own cgroup namespace keeps it, rooted at its cgroups (CRIU in cgroup mode ignore)" {
+	local d=$BATS_TEST_TMPDIR/b
+	dump h-cgns "$d" '.linux.namespaces += [{"type": "cgroup"}]'
+	run_cmd runc_ restore -d --image-path "$d/img" --work-path "$d/work" --bundle "$d" h-cgns
+	run_cmd runc_ exec h-cgns /bin/busybox cat /proc/1/cgroup
+	# Each hierarchy's path is the namespace's root, as after a start.
+	! grep -v ':/$' <<<"$output" || die "the restored task sees cgroup paths beyond its own: $output"
+	local pid
+	pid=$(runc_ state h-cgns | jq -r .pid)
+	[ "$(readlink "/proc/$pid/ns/cgroup")" != "$(readlink /proc/self/ns/cgroup)" ] ||
+		die "the restored task is in the host's cgroup namespace"
+}
+
+@test "nerdctl run: a checkpoint image whose cgroup.img climbs out of the cgroup yard is refused, the host untouched" {
+	canaries
+	local port image=rekindle.local/ckpt:hostile-cgroups dir=$BATS_TEST_TMPDIR/x
+	port=$(free_port)
+	start_engine src "$port"
+	ocicp create -q --output "oci-archive:$BATS_TEST_TMPDIR/good.tar" src rekindle.local/ckpt:good
+	run_nerdctl rm -f src
+
+	# The checkpoint layer as it would come from a registry, its cgroup.img
+	# rewritten.
+	mkdir -p "$dir"
+	oci_python - "$BATS_TEST_TMPDIR/good.tar" "$dir/cgroup.img" extract <<-'PY'
+		import sys, tarfile, io
+		import oci_tar
+		index, a = oci_tar.read(sys.argv[1])
+		man = a.get_json(index["manifests"][0]["digest"])
+		layer = tarfile.open(fileobj=io.BytesIO(a.get(man["layers"][0]["digest"])))
+		open(sys.argv[2], "wb").write(layer.extractfile("checkpoint/cgroup.img").read())
+	PY
+	hostile_cgroups "$dir/cgroup.img" "$CANARY"
+	oci_python - "$BATS_TEST_TMPDIR/good.tar" "$dir/cgroup.img" "$dir/hostile.tar" "$image" <<-'PY'
+		import io, sys, tarfile
+		import oci_tar
+		src, img, dst, name = sys.argv[1:5]
+		index, a = oci_tar.read(src)
+		desc = index["manifests"][0]
+		man = a.get_json(desc["digest"])
+		old = man["layers"][0]
+		inp = tarfile.open(fileobj=io.BytesIO(a.get(old["digest"])))
+		buf = io.BytesIO()
+		with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
+		    for m in inp.getmembers():
+		        data = inp.extractfile(m).read() if m.isfile() else None
+		        if m.name == "checkpoint/cgroup.img":
+		            data = open(img, "rb").read()
+		            m.size = len(data)
+		        out.addfile(m, io.BytesIO(data) if data is not None else None)
+		new = a.add(buf.getvalue(), old.get("mediaType"))
+		cfg = a.get_json(man["config"]["digest"])
+		cfg["rootfs"]["diff_ids"] = [new["digest"] if d == old["digest"] else d for d in cfg["rootfs"]["diff_ids"]]
+		new["annotations"] = old.get("annotations", {})
+		man["layers"][0] = new
+		man["config"] = a.add_json(cfg, man["config"]["mediaType"])
+		desc.update(a.add_json(man))
+		desc["annotations"] = oci_tar.image_name(name)
+		a.write(dst, [desc])
+	PY
+	run_nerdctl load -i "$dir/hostile.tar"
+
+	run_nerdctl 1 run -d --name h1 -p "127.0.0.1:$(free_port):30000" "$image"
+	[[ $output == *"refusing to restore: checkpoint image cgroup.img"*"dir_name"* ]] ||
+		die "the error does not name cgroup.img and dir_name: $output"
+	run_ctr task ls
+	! grep -q RUNNING <<<"$output" || die "a task runs after a refused restore: $output"
+	canaries_intact
+}
