@@ -59,6 +59,11 @@ PATCHES = {
     "r-aa": ("runc-patches", "libct-criu-refuse-images-that-carry-AppArmor-namespa"),
     "r-limits": ("runc-patches", "libct-criu-refuse-images-that-raise-a-task-s-priorit"),
     "r-oom": ("runc-patches", "libct-criu-hold-restored-tasks-rlimits-and-oom_score"),
+    "r-userns": ("runc-patches", "libct-criu-refuse-images-that-choose-their-own-user"),
+    "r-cgroup": ("runc-patches", "libct-criu-restore-in-CRIU-s-cgroup-mode-ignore"),
+    "r-mounts": ("runc-patches", "libct-criu-refuse-mount-images-that-mount-more"),
+    "r-nonroot": ("runc-patches", "libct-criu-grant-a-non-root-process-only"),
+    "r-files": ("runc-patches", "libct-criu-refuse-images-whose-files-need-privileges"),
     "k-shmem-err": ("criu-patches", "shmem-fail-the-restore-when-shared-memory-pages"),
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
     "k-lsm": ("criu-patches", "restore-apply-lsm-profile-to-tasks-dumped-without"),
@@ -66,6 +71,7 @@ PATCHES = {
     "k-shared": ("criu-patches", "shmem-fill-shared-memory-content-in-parallel"),
     "k-cow": ("criu-patches", "mem-fill-premapped-private-memory-and-compare-copy"),
     "k-direct": ("criu-patches", "mem-read-pages-images-with-O_DIRECT"),
+    "k-cgns": ("criu-patches", "cgroup-create-the-root-task-s-cgroup-namespace"),
 }
 
 
@@ -173,14 +179,17 @@ BOXES = [
       "scripts/cache-gc.sh"]),
     ("runc restore",
      "runc refuses CRIU images that grant a task more than the new container's config (ids, "
-     "capabilities, no_new_privs, seccomp, LSM label, limits, scheduling), restores under the config's "
-     "LSM label, hands CRIU the resolved bind-mount sources (CDI's driver files), and brings up the "
-     "restored network namespace's loopback.",
+     "capabilities, no_new_privs, seccomp, LSM label, limits, scheduling, namespaces, cgroups, mounts, "
+     "files), has CRIU leave cgroups alone, restores under the config's LSM label, hands CRIU the "
+     "resolved bind-mount sources (CDI's driver files), and brings up the restored network namespace's "
+     "loopback.",
      [P("r-priv", "privilege check"), P("r-lsm", "the config's LSM label"),
       P("r-aa", "no AppArmor namespaces"), P("r-limits", "scheduling and loginuid"),
       P("r-oom", "rlimits and oom_score_adj held to the spec"), P("r-program", "seccomp program built to compare"),
       P("r-enosys", "seccomp program the same each time"), P("r-bind", "bind-mount sources"),
-      P("r-lo", "loopback up")]),
+      P("r-lo", "loopback up"), P("r-userns", "no user namespace of the image's"),
+      P("r-cgroup", "cgroup mode ignore, cgroup.img checked"), P("r-mounts", "mounts no more than the config"),
+      P("r-nonroot", "a non-root process's grant"), P("r-files", "files that need capabilities")]),
     ("CRIU parallel fill",
      "CRIU restores the process tree; helper threads fill private memory, helper processes shared "
      "memory (memfd, shared anonymous, SysV) and premapped, copy-on-write memory, one per CPU up to 16, "
@@ -189,7 +198,7 @@ BOXES = [
      [P("k-private", "private memory"), P("k-shared", "shared memory"),
       P("k-cow", "premapped and copy-on-write memory"), P("k-direct", "O_DIRECT from a cold cache"),
       P("k-shmem-err", "unreadable shared pages fail"), P("k-truncated", "truncated image fails"),
-      P("k-lsm", "--lsm-profile for every task")]),
+      P("k-lsm", "--lsm-profile for every task"), P("k-cgns", "cgroup namespace in ignore mode")]),
     ("CUDA restore",
      "CRIU's CUDA plugin runs cuda-checkpoint again: the GPU state goes back onto the GPUs CDI gave the "
      "new container (old UUIDs mapped onto new ones), then unlock.",
