@@ -66,7 +66,8 @@ recap() {
 	cmp "$REKINDLE_ROOT/build/bin/containerd" "$PROV_PREFIX/bin/containerd" || die "installed containerd differs from the build"
 	is "$(cat "$PROV_ROOT/etc/sysctl.d/90-rekindle.conf" | grep -v '^#')" "kernel.io_uring_disabled = 2" "sysctl file"
 	is "$(cat "$PROV_ROOT/etc/criu/runc.conf")" "tcp-established
-link-remap" "runc's CRIU configuration (what vLLM needs)"
+link-remap
+ghost-limit 64M" "runc's CRIU configuration (what vLLM needs)"
 	grep -qx "ExecStart=$PROV_PREFIX/bin/containerd --config $PROV_ROOT/etc/containerd/config.toml" \
 		"$PROV_ROOT/etc/systemd/system/containerd.service.d/rekindle.conf" || die "drop-in does not start the installed containerd"
 	grep -q "^Environment=PATH=$PROV_PREFIX/bin:" "$PROV_ROOT/etc/systemd/system/containerd.service.d/rekindle.conf" ||

@@ -33,6 +33,11 @@ touch "$conf"
 for o in tcp-established link-remap; do
 	grep -qx "$o" "$conf" || echo "$o" >>"$conf"
 done
+# A multi-GPU engine's NCCL maps deleted /dev/shm files (34 MB each seen)
+# that CRIU carries in the image only up to ghost-limit (1M by default); the
+# same value as the Ansible role's containerd_criu_ghost_limit.
+sed -i '/^ghost-limit\b/d' "$conf"
+echo 'ghost-limit 64M' >>"$conf"
 if ! command -v iptables-restore >/dev/null && ! grep -q '^network-lock' "$conf"; then
 	echo 'network-lock skip' >>"$conf"
 fi
