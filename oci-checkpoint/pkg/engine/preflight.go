@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Facts is what a preflight learned of the engine, for the image's
@@ -16,6 +17,8 @@ type Facts struct {
 // Preflight checks, before anything is changed, that the engine serves what
 // its profile's quiesce and resume need. A vLLM started without sleep mode
 // would answer /sleep and free nothing: the dump would hold every weight.
+// A vLLM of several GPU processes must also share no GPU memory between
+// them (multigpu.go): cuda-checkpoint cannot checkpoint what they share.
 func (c *Client) Preflight(ctx context.Context, p Profile) (Facts, error) {
 	if p.Name != "vllm" {
 		return Facts{}, nil
@@ -28,7 +31,14 @@ func (c *Client) Preflight(ctx context.Context, p Profile) (Facts, error) {
 			Model struct {
 				SleepMode *bool `json:"enable_sleep_mode"`
 			} `json:"model_config"`
+			Parallel parallelConfig `json:"parallel_config"`
 		} `json:"vllm_config"`
+		// The server's environment variables of interest (NCCL_*, VLLM_*),
+		// as collect_env lists them: what it and its workers run with,
+		// including what the image's entrypoint set in-process.
+		System struct {
+			EnvVars *string `json:"env_vars"`
+		} `json:"system_env"`
 	}
 	call := Call{Method: "GET", Path: "/server_info?config_format=json",
 		Hint: "start vLLM with VLLM_SERVER_DEV_MODE=1 so it serves /server_info, /sleep and /wake_up"}
@@ -42,11 +52,23 @@ func (c *Client) Preflight(ctx context.Context, p Profile) (Facts, error) {
 		return f, fmt.Errorf("preflight: %w", err)
 	}
 	f.Version = "vllm " + v.Version
+	// Every problem at once: each is fixed by a restart.
+	var problems []string
 	switch sm := info.Config.Model.SleepMode; {
 	case sm == nil:
-		return f, fmt.Errorf("preflight: %s: vLLM %s reports no model_config.enable_sleep_mode: cannot tell whether /sleep frees the GPU", call, v.Version)
+		problems = append(problems, fmt.Sprintf("%s: vLLM %s reports no model_config.enable_sleep_mode: cannot tell whether /sleep frees the GPU", call, v.Version))
 	case !*sm:
-		return f, fmt.Errorf("preflight: vLLM %s was started without sleep mode: /sleep would free nothing and the checkpoint would hold every weight; start it with --enable-sleep-mode", v.Version)
+		problems = append(problems, fmt.Sprintf("vLLM %s was started without sleep mode: /sleep would free nothing and the checkpoint would hold every weight; start it with --enable-sleep-mode", v.Version))
+	}
+	var env map[string]string
+	if e := info.System.EnvVars; e != nil {
+		env = parseEnvVars(*e)
+	}
+	if p := multiGPUProblem(info.Config.Parallel, env); p != "" {
+		problems = append(problems, p)
+	}
+	if len(problems) > 0 {
+		return f, fmt.Errorf("preflight: %s", strings.Join(problems, ". Also: "))
 	}
 	return f, nil
 }
