@@ -13,7 +13,8 @@ processes vLLM spawns (its EngineCore) import the same packages.
 Environment: MODEL_PATH (/models/model), ENGINE_HOST (0.0.0.0),
 ENGINE_PORT (8000), ENGINE_VLLM_ARGS (more flags, split on spaces),
 ENGINE_VLLM_SLEEP_MODE (1; 0 leaves --enable-sleep-mode out, to test the
-checkpoint's refusal).
+checkpoint's refusal). With tensor or pipeline parallel > 1 it sets what a
+multi-GPU checkpoint needs (multi_gpu below, docs/multi-gpu.md).
 
 `serve.py phases LOG` reads a vLLM server's log and prints its cold-start
 phases (weights, compile, graphs, engine init, ready) as JSON, from vLLM's
@@ -36,24 +37,86 @@ def add_sites():
     os.environ["PYTHONPATH"] = ":".join(sites + ([old] if old else []))
 
 
+# What a vLLM of several GPU workers (tensor or pipeline parallel > 1) needs
+# for cuda-checkpoint on driver 580, which cannot checkpoint GPU memory that
+# processes share: NCCL's and vLLM's sharing turned off. oci-checkpoint's
+# preflight (pkg/engine/multigpu.go) refuses a server without them.
+MULTI_GPU_ENV = [("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1"), ("NCCL_NVLS_ENABLE", "0"),
+                 ("NCCL_CUMEM_ENABLE", "0"), ("VLLM_ALLREDUCE_USE_SYMM_MEM", "0")]
+NO_CUSTOM_ALL_REDUCE = "--disable-custom-all-reduce"
+
+
+def _flag(arg):
+    """An argument's option name as vLLM reads it (it takes _ for -)."""
+    name = arg.split("=", 1)[0]
+    return "--" + name[2:].replace("_", "-") if name.startswith("--") else name
+
+
+def parallel_size(args, long, short):
+    """N of the last --long N, --long=N, -short N or -short=N in args; 1 when
+    absent or not a number (vLLM then refuses the flag itself)."""
+    n = "1"
+    for i, a in enumerate(args):
+        if _flag(a) in (long, short):
+            if "=" in a:
+                n = a.split("=", 1)[1]
+            elif i + 1 < len(args):
+                n = args[i + 1]
+    return int(n) if n.isdigit() else 1
+
+
+def multi_gpu(args, env):
+    """For a vLLM of tensor x pipeline parallel > 1: sets MULTI_GPU_ENV in env
+    where unset (a value the user set stays, and the checkpoint's preflight
+    will name it) and adds --disable-custom-all-reduce unless args choose.
+    Returns the arguments and the line to print (None: nothing to do)."""
+    tp = parallel_size(args, "--tensor-parallel-size", "-tp")
+    pp = parallel_size(args, "--pipeline-parallel-size", "-pp")
+    if tp * pp <= 1:
+        return args, None
+    done, kept = [], []
+    for k, v in MULTI_GPU_ENV:
+        if k not in env:
+            env[k] = v
+            done.append(f"{k}={v}")
+        elif env[k] != v:
+            kept.append(f"{k}={env[k]}")
+    done = ["set " + " ".join(done)] if done else []
+    flags = {_flag(a) for a in args}
+    if NO_CUSTOM_ALL_REDUCE not in flags and "--no-" + NO_CUSTOM_ALL_REDUCE[2:] not in flags:
+        args = args + [NO_CUSTOM_ALL_REDUCE]
+        done.append("added " + NO_CUSTOM_ALL_REDUCE)
+    parts = []
+    if done:
+        parts.append(f"{' and '.join(done)}, so that the GPU workers share no GPU memory, "
+                     "which cuda-checkpoint (driver 580) cannot checkpoint")
+    if kept:
+        parts.append(f"kept {' '.join(kept)} as given (oci-checkpoint create will refuse the server)")
+    return args, (f"serve.py: tensor parallel {tp} x pipeline parallel {pp}: "
+                  + ("; ".join(parts) or "the settings a multi-GPU checkpoint needs are given"))
+
+
 def serve(args):
     add_sites()
     model = os.environ.get("MODEL_PATH", "/models/model")
     if not os.path.isfile(os.path.join(model, "config.json")):
         sys.exit(f"serve.py: no model in {model} (no config.json): bind a model folder there "
                  "(--volume HOST_DIR:/models/model:ro) or set MODEL_PATH")
+    # Before vLLM is imported: it and NCCL read the environment.
+    user, note = multi_gpu(os.environ.get("ENGINE_VLLM_ARGS", "").split() + list(args), os.environ)
+    if note:
+        print(note, file=sys.stderr, flush=True)
     try:
         import vllm  # noqa: F401
     except ImportError as e:
         sys.exit(f"serve.py: cannot import vllm ({e}): bind the host's vLLM site folder into the "
                  "container and name it in ENGINE_SITE (images/README.md, vLLM engine)")
-    extra = os.environ.get("ENGINE_VLLM_ARGS", "").split()
     sys.argv = ["vllm-serve", "--model", model,
                 "--host", os.environ.get("ENGINE_HOST", "0.0.0.0"),
                 "--port", os.environ.get("ENGINE_PORT", "8000")]
     if os.environ.get("ENGINE_VLLM_SLEEP_MODE", "1") != "0":
         sys.argv.append("--enable-sleep-mode")
-    sys.argv += extra + list(args)
+    sys.argv += user
     import runpy
     runpy.run_module("vllm.entrypoints.openai.api_server", run_name="__main__", alter_sys=True)
 

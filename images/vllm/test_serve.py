@@ -1,4 +1,5 @@
-"""Unit tests of serve.py's reading of vLLM's start-up log (plain python3)."""
+"""Unit tests of serve.py: its reading of vLLM's start-up log, and the settings it adds for a
+multi-GPU server (plain python3)."""
 import importlib.util
 import os
 import unittest
@@ -43,6 +44,72 @@ class Phases(unittest.TestCase):
         self.assertEqual(p["compile_lines"], 0)
         self.assertIsNone(p["compile_s"])
         self.assertIsNone(p["logged_s"])
+
+
+WANT_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NVLS_ENABLE": "0",
+            "NCCL_CUMEM_ENABLE": "0", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
+
+
+class MultiGPU(unittest.TestCase):
+    def test_single_gpu_is_left_alone(self):
+        for args in ([], ["--max-model-len", "2048"], ["-tp", "1"], ["--tensor-parallel-size=1", "-pp", "1"]):
+            env = {}
+            self.assertEqual(serve.multi_gpu(args, env), (args, None), args)
+            self.assertEqual(env, {}, args)
+
+    def test_every_form_of_the_sizes(self):
+        for args, tp, pp in [(["--tensor-parallel-size", "2"], 2, 1), (["--tensor-parallel-size=4"], 4, 1),
+                             (["-tp", "2"], 2, 1), (["-tp=2"], 2, 1), (["--tensor_parallel_size", "2"], 2, 1),
+                             (["--pipeline-parallel-size", "2"], 1, 2), (["-pp=2"], 1, 2),
+                             (["-tp", "2", "-pp", "2"], 2, 2), (["-tp", "1", "-tp", "2"], 2, 1)]:
+            env = {}
+            out, line = serve.multi_gpu(args, env)
+            self.assertEqual(env, WANT_ENV, args)
+            self.assertEqual(out, args + ["--disable-custom-all-reduce"], args)
+            self.assertIn(f"tensor parallel {tp} x pipeline parallel {pp}", line, args)
+
+    def test_the_line_says_what_and_why(self):
+        _, line = serve.multi_gpu(["-tp", "2"], {})
+        self.assertEqual(line.count("\n"), 0)
+        for k, v in WANT_ENV.items():
+            self.assertIn(f"{k}={v}", line)
+        self.assertIn("and added --disable-custom-all-reduce", line)
+        self.assertIn("cuda-checkpoint", line)
+
+    def test_user_values_are_kept_and_named(self):
+        env = {"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "1", "OTHER": "x"}
+        _, line = serve.multi_gpu(["-tp", "2"], env)
+        self.assertEqual(env["NCCL_P2P_DISABLE"], "0")
+        self.assertEqual(env["OTHER"], "x")
+        self.assertEqual({k: env[k] for k in WANT_ENV if k != "NCCL_P2P_DISABLE"},
+                         {k: v for k, v in WANT_ENV.items() if k != "NCCL_P2P_DISABLE"})
+        self.assertIn("kept NCCL_P2P_DISABLE=0", line)
+        self.assertIn("will refuse", line)
+        self.assertNotIn("set NCCL_SHM_DISABLE", line)
+
+    def test_only_kept_values_say_so(self):
+        env = dict(WANT_ENV, NCCL_CUMEM_ENABLE="1")
+        _, line = serve.multi_gpu(["-tp", "2", "--disable-custom-all-reduce"], env)
+        self.assertEqual(line, "serve.py: tensor parallel 2 x pipeline parallel 1: kept NCCL_CUMEM_ENABLE=1 as given "
+                               "(oci-checkpoint create will refuse the server)")
+
+    def test_custom_all_reduce_flag_is_not_doubled_or_overridden(self):
+        for flag in ("--disable-custom-all-reduce", "--disable_custom_all_reduce", "--no-disable-custom-all-reduce"):
+            args = ["-tp", "2", flag]
+            out, line = serve.multi_gpu(args, dict(WANT_ENV))
+            self.assertEqual(out, args, flag)
+            self.assertIn("settings a multi-GPU checkpoint needs are given", line, flag)
+
+    def test_unreadable_size_counts_as_one(self):
+        # vLLM itself refuses the flag; nothing is added for it.
+        self.assertEqual(serve.multi_gpu(["-tp", "two"], {}), (["-tp", "two"], None))
+        self.assertEqual(serve.multi_gpu(["--tensor-parallel-size"], {}), (["--tensor-parallel-size"], None))
+
+    def test_values_match_the_preflight(self):
+        # oci-checkpoint's preflight (pkg/engine/multigpu.go) wants the same values.
+        go = open(os.path.join(os.path.dirname(__file__), "../../oci-checkpoint/pkg/engine/multigpu.go")).read()
+        for k, v in serve.MULTI_GPU_ENV:
+            self.assertIn(f'{{"{k}", "{v}",', go)
 
 
 if __name__ == "__main__":
