@@ -2,6 +2,8 @@
  *  - old GPUs: /proc/<pid>/root/.rekindle/devices.json, in file order;
  *  - new GPUs: the /dev/nvidiaN nodes in the process's root, by minor,
  *    minor -> UUID from /proc/driver/nvidia/gpus/<bus>/information;
+ *  - as many new GPUs as old, each of the model devices.json records
+ *    (when it does), or the restore is refused before anything changes;
  *  - GPUs in both stay put; the rest pair up in order;
  *  - the pairs are completed to a permutation of all the host's GPUs,
  *    because the driver rejects a partial map (measured on driver 580:
@@ -29,9 +31,14 @@
 #define NVIDIA_MAJOR 195 /* char major of /dev/nvidiaN */
 #define UUID_FORM "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"
 
+/* A GPU model as the driver names it ("NVIDIA H200"): CUDA state restores
+ * only onto the model it was checkpointed on. */
+#define MODEL_LEN 96
+
 struct node {
 	int minor;
 	CUuuid uuid;
+	char model[MODEL_LEN]; /* "" when the driver names none */
 };
 
 static const char *proc_root(void)
@@ -206,8 +213,38 @@ static char *slurp_path(const char *path)
 	return text;
 }
 
-/* The GPUs the container saw at checkpoint. 1: no file, 0: read, -1: error. */
-static int read_old(int pid, const char *path, CUuuid *out, int *n)
+/* The string value of member "key" in the JSON object obj[0..len) into
+ * out, "" when absent or not a string. Escapes are left as they are: the
+ * values read (model names) have none. */
+static void member(const char *obj, size_t len, const char *key, char *out, size_t outlen)
+{
+	char pat[32];
+	snprintf(pat, sizeof pat, "\"%s\"", key);
+	size_t pl = strlen(pat);
+	const char *end = obj + len;
+	out[0] = 0;
+	for (const char *p = obj; p + pl <= end; p++) {
+		if (memcmp(p, pat, pl))
+			continue;
+		const char *q = p + pl;
+		while (q < end && isspace((unsigned char)*q)) q++;
+		if (q == end || *q != ':')
+			continue;
+		for (q++; q < end && isspace((unsigned char)*q); q++)
+			;
+		const char *e = q < end && *q == '"' ? memchr(q + 1, '"', (size_t)(end - q - 1)) : NULL;
+		if (e) {
+			size_t n = (size_t)(e - q - 1) < outlen - 1 ? (size_t)(e - q - 1) : outlen - 1;
+			memcpy(out, q + 1, n);
+			out[n] = 0;
+		}
+		return;
+	}
+}
+
+/* The GPUs the container saw at checkpoint, with their models where
+ * recorded ("" otherwise). 1: no file, 0: read, -1: error. */
+static int read_old(int pid, const char *path, CUuuid *out, char (*models)[MODEL_LEN], int *n)
 {
 	*n = 0;
 	int fd = open_regular_in_root(pid, "/.rekindle/devices.json");
@@ -228,9 +265,14 @@ static int read_old(int pid, const char *path, CUuuid *out, int *n)
 			fail("cannot read %s: %s", path, strerror(err));
 		return -1;
 	}
-	/* Every "uuid": "..." member, wherever it sits: the file is a list of
-	 * objects, and we need no other field. */
+	/* Every "uuid": "..." member, wherever it sits, and the "model" of the
+	 * flat object around it: the file is a list of such objects. */
 	for (char *p = text; (p = strstr(p, "\"uuid\"")); ) {
+		char *obj = p, *close = strchr(p, '}');
+		while (obj > text && obj[-1] != '{' && obj[-1] != '}')
+			obj--;
+		if (*n < MAX_GPUS)
+			member(obj, (size_t)((close ? close : p + strlen(p)) - obj), "model", models[*n], MODEL_LEN);
 		p += 6;
 		while (isspace((unsigned char)*p)) p++;
 		if (*p != ':')
@@ -289,6 +331,7 @@ static int read_driver_gpus(struct node *out, int *n)
 			break;
 		}
 		char *uuid = strstr(text, "GPU UUID:"), *minor = strstr(text, "Device Minor:");
+		char *model = strstr(text, "Model:");
 		if (*n == MAX_GPUS) {
 			fail("%s lists more than %d GPUs, the most this tool handles", dir, MAX_GPUS);
 			ret = -1;
@@ -296,6 +339,15 @@ static int read_driver_gpus(struct node *out, int *n)
 			fail("%s: no \"GPU UUID:\" or \"Device Minor:\" line", path);
 			ret = -1;
 		} else {
+			out[*n].model[0] = 0;
+			if (model) {
+				model += 6;
+				model += strspn(model, " \t");
+				size_t len = strcspn(model, "\n");
+				while (len > 0 && isspace((unsigned char)model[len - 1]))
+					len--;
+				snprintf(out[*n].model, MODEL_LEN, "%.*s", (int)len, model);
+			}
 			uuid += 9;
 			while (*uuid == ' ' || *uuid == '\t') uuid++;
 			uuid[strcspn(uuid, " \t\n")] = 0;
@@ -482,6 +534,7 @@ static int auto_pairs(int pid, const CUuuid *host, int nhost, CUcheckpointGpuPai
 {
 	struct node gpus[MAX_GPUS];
 	CUuuid old[MAX_GPUS], vis[MAX_GPUS];
+	char models[MAX_GPUS][MODEL_LEN], a[48], b[48];
 	int ngpus, nold, nvis;
 	char json[4096];
 	snprintf(json, sizeof json, "%s/%d/root/.rekindle/devices.json", proc_root(), pid);
@@ -495,21 +548,22 @@ static int auto_pairs(int pid, const CUuuid *host, int nhost, CUcheckpointGpuPai
 	int stale = 0;
 	for (int i = 0; i < nvis; i++)
 		stale |= find(host, nhost, &vis[i]) < 0;
-	if (stale && nhost > 0 && nhost < ngpus) {
+	int narrowed = stale && nhost > 0 && nhost < ngpus;
+	char view[128] = "";
+	if (narrowed) {
 		note("pid %d: its /dev holds the checkpoint's GPU nodes; the driver shows it %d of the host's %d GPUs:"
 		     " restoring onto those", pid, nhost, ngpus);
 		memcpy(vis, host, (size_t)nhost * sizeof *host);
 		nvis = nhost;
-		if (make_nodes(pid, gpus, ngpus, vis, nvis))
-			return -1;
+		snprintf(view, sizeof view, " (the driver shows it %d of this host's %d GPUs)", nhost, ngpus);
 	}
-	int r = read_old(pid, json, old, &nold);
+	int r = read_old(pid, json, old, models, &nold);
 	if (r < 0)
 		return -1;
 	if (r == 1) {
 		if (same_set(vis, nvis, host, nhost)) {
 			note("pid %d: no %s and it sees all %d GPUs: restoring without remap", pid, json, nhost);
-			return 1;
+			return narrowed && make_nodes(pid, gpus, ngpus, vis, nvis) ? -1 : 1;
 		}
 		fail("no %s, so the GPUs pid %d was checkpointed on are unknown, and it sees %d of this host's %d GPUs"
 		     " (record devices.json at checkpoint, or set REKINDLE_DEVICE_MAP=OLD=NEW,...|none)",
@@ -520,23 +574,26 @@ static int auto_pairs(int pid, const CUuuid *host, int nhost, CUcheckpointGpuPai
 		fail("%s lists no GPUs", json);
 		return -1;
 	}
-	if (nold > nhost) {
-		fail("the checkpoint used %d GPUs but this host has %d", nold, nhost);
+	/* Counts and models are refused before anything changes: no driver
+	 * call, no device node made. */
+	if (nold > ngpus) {
+		fail("the checkpoint used %d GPUs but this host has %d", nold, ngpus);
 		return -1;
 	}
 	if (nold != nvis) {
-		fail("the checkpoint used %d GPU(s) but the restored container sees %d: give it %d GPU(s)",
-		     nold, nvis, nold);
+		fail("the checkpoint used %d GPU(s) but the restored container sees %d%s: give it %d GPU(s)%s%s"
+		     " (one --device nvidia.com/gpu=N each)", nold, nvis, view, nold,
+		     models[0][0] ? " of model " : "", models[0]);
 		return -1;
 	}
 	/* GPUs in both stay put; the others pair up in order. */
-	int used_old[MAX_GPUS] = { 0 }, used_vis[MAX_GPUS] = { 0 };
+	int used_old[MAX_GPUS] = { 0 }, used_vis[MAX_GPUS] = { 0 }, from[MAX_GPUS];
 	*n = 0;
 	for (int i = 0; i < nold; i++) {
 		int j = find(vis, nvis, &old[i]);
 		if (j >= 0) {
 			p[*n].oldUuid = p[*n].newUuid = old[i];
-			(*n)++;
+			from[(*n)++] = i;
 			used_old[i] = used_vis[j] = 1;
 		}
 	}
@@ -547,9 +604,21 @@ static int auto_pairs(int pid, const CUuuid *host, int nhost, CUcheckpointGpuPai
 			j++;
 		p[*n].oldUuid = old[i];
 		p[*n].newUuid = vis[j++];
-		(*n)++;
+		from[(*n)++] = i;
 	}
-	return 0;
+	for (int k = 0; k < *n; k++) {
+		const char *was = models[from[k]];
+		int j = 0;
+		while (j < ngpus && memcmp(&gpus[j].uuid, &p[k].newUuid, sizeof(CUuuid)))
+			j++;
+		if (was[0] && j < ngpus && gpus[j].model[0] && strcmp(was, gpus[j].model)) {
+			fail("the checkpoint ran on %s (%s) but the restored container's GPU %s is %s: CUDA state restores"
+			     " only onto the same GPU model; give it %d GPU(s) of model %s", was, uuid_str(&p[k].oldUuid, a),
+			     uuid_str(&p[k].newUuid, b), gpus[j].model, nold, was);
+			return -1;
+		}
+	}
+	return narrowed && make_nodes(pid, gpus, ngpus, vis, nvis) ? -1 : 0;
 }
 
 /* Extends the pairs to a permutation of the host's GPUs: a host GPU that

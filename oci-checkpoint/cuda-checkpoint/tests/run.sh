@@ -38,14 +38,16 @@ sees() {
 	for m in "$@"; do touch "$dev/nvidia$m"; done
 }
 
-# recorded INDEX...: /.rekindle/devices.json lists these GPUs, as written at checkpoint.
+# [MODEL=NAME] recorded INDEX...: /.rekindle/devices.json lists these GPUs, as written at
+# checkpoint (with "model" when MODEL is set, as oci-checkpoint writes it).
 recorded() {
 	local dir=$T/proc/$P/root/.rekindle i sep=
 	mkdir -p "$dir"
 	{
 		printf '['
 		for i in "$@"; do
-			printf '%s\n  {"uuid": "%s", "pci_bus_id": "0000:0%d:00.0", "minor": %d}' "$sep" "${U[$i]}" "$i" "$i"
+			printf '%s\n  {"uuid": "%s", "pci_bus_id": "0000:0%d:00.0", "minor": %d%s}' "$sep" "${U[$i]}" "$i" "$i" \
+				"${MODEL:+, \"model\": \"$MODEL\"}"
 			sep=,
 		done
 		printf '\n]\n'
@@ -291,6 +293,44 @@ test_gpu_count_changed_is_an_error() {
 	host 4; sees 0 1; recorded 2
 	ckpt --action restore --pid $P
 	is "$rc" 1 "exit status" && has "$out" "used 1 GPU(s) but the restored container sees 2" "error"
+}
+
+# An image taken with GPUs 0 and 1, run with --device nvidia.com/gpu=0: CRIU
+# restores /dev as dumped (nvidia0, nvidia1), the device cgroup lets the
+# driver show the process GPU 0 only. Refused naming both counts, before any
+# restore call or device node.
+test_image_of_two_gpus_in_a_container_of_one_is_refused() {
+	host 2; sees 0 1; MODEL="NVIDIA H200" recorded 0 1
+	STUB_UUIDS=${U[0]} ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" &&
+		has "$out" "the checkpoint used 2 GPU(s) but the restored container sees 1 (the driver shows it 1 of this host's 2 GPUs): give it 2 GPU(s) of model NVIDIA H200" "error" &&
+		is "$calls" "" "no restore call" || return 1
+	# The same with a /dev that holds only the new container's node.
+	sees 0
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status (/dev of one)" && has "$out" "used 2 GPU(s) but the restored container sees 1: give it 2" "error"
+}
+
+# A count refused in a narrowed view makes no /dev node first.
+test_count_refused_before_any_node_is_made() {
+	host 3; sees 1 2; recorded 1 2
+	STUB_UUIDS=${U[0]} ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" && has "$out" "used 2 GPU(s) but the restored container sees 1" "error" || return 1
+	[ ! -e "$T/proc/$P/root/dev/nvidia0" ] || fail_msg "created /dev/nvidia0 for a restore it refused"
+}
+
+test_other_gpu_model_is_refused_naming_both() {
+	host 2; sees 0; MODEL="NVIDIA H100 80GB HBM3" recorded 1
+	ckpt --action restore --pid $P
+	is "$rc" 1 "exit status" &&
+		has "$out" "the checkpoint ran on NVIDIA H100 80GB HBM3 (${U[1]}) but the restored container's GPU ${U[0]} is NVIDIA H200" "error" &&
+		has "$out" "give it 1 GPU(s) of model NVIDIA H100 80GB HBM3" "fix" && is "$calls" "" "no restore call"
+}
+
+test_same_gpu_model_recorded_restores() {
+	host 2; sees 0; MODEL="NVIDIA H200" recorded 1
+	ckpt --action restore --pid $P
+	is "$rc" 0 "exit status" && restored_with "pairs=2 reserved=0 ${U[1]}>${U[0]} ${U[0]}>${U[1]}"
 }
 
 test_bad_uuid_in_devices_json() {
