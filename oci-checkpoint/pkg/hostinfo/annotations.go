@@ -2,6 +2,7 @@ package hostinfo
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -86,8 +87,23 @@ func Check(a map[string]string, here Host) (problems []Problem, notes []string) 
 		case len(here.GPUs) < n:
 			problems = append(problems, Problem{"gpu", fmt.Sprintf("the checkpoint needs %d GPUs, this host has %d", n, len(here.GPUs))})
 		}
-		if m := a[annotations.GPUModel]; m != "" && len(here.GPUs) > 0 && here.GPUs[0].Model != m {
-			problems = append(problems, Problem{"gpu", fmt.Sprintf("checkpointed on %s, this host has %s: CUDA state restores only onto the same GPU model", m, here.GPUs[0].Model)})
+		// Counted by model: a host may mix models, and only GPUs of the
+		// checkpoint's model can take its CUDA state.
+		if m := a[annotations.GPUModel]; m != "" && len(here.GPUs) > 0 {
+			same, models := 0, []string{}
+			for _, g := range here.GPUs {
+				if g.Model == m {
+					same++
+				} else if !slices.Contains(models, g.Model) {
+					models = append(models, g.Model)
+				}
+			}
+			switch {
+			case same == 0:
+				problems = append(problems, Problem{"gpu", fmt.Sprintf("checkpointed on %s, this host has %s: CUDA state restores only onto the same GPU model", m, strings.Join(models, ", "))})
+			case same < n && len(here.GPUs) >= n:
+				problems = append(problems, Problem{"gpu", fmt.Sprintf("the checkpoint needs %d GPUs of model %s, this host has %d of that model (and %s): CUDA state restores only onto the same GPU model", n, m, same, strings.Join(models, ", "))})
+			}
 		}
 		if d := a[annotations.Driver]; d != "" && here.Driver != "" && VersionLess(here.Driver, d) {
 			problems = append(problems, Problem{"driver", fmt.Sprintf("NVIDIA driver %s here is older than %s, which made the checkpoint: upgrade the driver", here.Driver, d)})

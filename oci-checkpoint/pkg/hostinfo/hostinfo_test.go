@@ -92,7 +92,13 @@ func TestCheck(t *testing.T) {
 		{"no gpu", func(h *Host) { h.GPUs = nil }, []string{"no NVIDIA GPU"}},
 		{"other model", func(h *Host) {
 			h.GPUs = []GPU{{Model: "NVIDIA B200"}, {Model: "NVIDIA B200"}}
-		}, []string{"CUDA state restores only onto the same GPU model"}},
+		}, []string{"checkpointed on NVIDIA H200, this host has NVIDIA B200: CUDA state restores only onto the same GPU model"}},
+		{"mixed host, too few of the model", func(h *Host) {
+			h.GPUs = []GPU{{Model: "NVIDIA B200"}, {Model: "NVIDIA H200"}, {Model: "NVIDIA B200"}}
+		}, []string{"needs 2 GPUs of model NVIDIA H200, this host has 1 of that model (and NVIDIA B200)"}},
+		{"mixed host, enough of the model", func(h *Host) {
+			h.GPUs = []GPU{{Model: "NVIDIA B200"}, {Model: "NVIDIA H200"}, {Model: "NVIDIA H200"}}
+		}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			here := ckpt
