@@ -78,13 +78,16 @@ vllm_setup() {
 	mapfile -t PYFLAGS <"$BATS_FILE_TMPDIR/pyflags"
 }
 
-# run_vllm NAME IMAGE [FLAGS...]: nerdctl run -d on GPU 0, own network
-# namespace, the host's Python and vLLM and the model bound in.
+# run_vllm NAME IMAGE [FLAGS...]: nerdctl run -d on the GPUs in VLLM_GPUS
+# (default 0), own network namespace, the host's Python and vLLM and the
+# model bound in; RUN_STATUS is the exit status expected (default 0).
 run_vllm() {
 	local name=$1 image=$2
 	shift 2
 	echo "$name" >>"$BATS_TEST_TMPDIR/containers"
-	run_nerdctl run -d --name "$name" --device nvidia.com/gpu=0 --network none --shm-size 1g \
+	local g devs=()
+	for g in ${VLLM_GPUS:-0}; do devs+=(--device "nvidia.com/gpu=$g"); done
+	run_nerdctl "${RUN_STATUS:-0}" run -d --name "$name" "${devs[@]}" --network none --shm-size 1g \
 		"${PYFLAGS[@]}" --volume="$MODEL:/models/model:ro" --env="ENGINE_VLLM_ARGS=$VARGS" "$@" "$image"
 }
 
@@ -272,4 +275,46 @@ same_as_before() {
 	run_nerdctl '?' inspect -f '{{.State.Running}}' vllm-other
 	[ "$output" != true ] || die "a container runs after the failed restore"
 	rm -rf "$other"
+}
+
+# bats test_tags=gpu
+@test "vllm: tensor parallel 2 in one container: checkpoint, restore on the same GPUs and on another pair, same tokens; one GPU is refused" {
+	skip_if_no_vllm
+	local n
+	n=$(nvidia-smi -L | wc -l)
+	[ "$n" -ge 2 ] || skip "tensor parallel 2 needs 2 GPUs, this host has $n"
+	vllm_setup
+	local t image=rekindle.local/ckpt:vllm-tp2
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	# serve.py sets the NCCL settings a checkpoint needs (docs/multi-gpu.md).
+	VLLM_GPUS="0 1"
+	t=$EPOCHREALTIME
+	run_vllm vllm-tp "$VLLM_IMAGE" --env="ENGINE_VLLM_ARGS=$VARGS --tensor-parallel-size 2"
+	wait_for "vLLM with tensor parallel 2 to serve" 900 v vllm-tp GET /health
+	say "tp2 cold start: nerdctl run -> serving $(secs_since "$t")s"
+	tokens vllm-tp >"$BATS_FILE_TMPDIR/tokens" || die "no completions from the TP=2 server"
+	inside vllm-tp >"$BATS_FILE_TMPDIR/inside"
+	t=$EPOCHREALTIME
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-tp "$image"
+	say "tp2 $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
+	say "tp2 checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB, $(jq -r '.annotations."org.rekindle.gpu.count"' <<<"$output") GPUs"
+	run_nerdctl rm -f vllm-tp
+
+	restore vllm-tp1 "$image"
+	same_as_before vllm-tp1
+	run_nerdctl rm -f vllm-tp1
+	if [ "$n" -ge 4 ]; then
+		VLLM_GPUS="2 3"
+		restore vllm-tp23 "$image"
+		same_as_before vllm-tp23
+		run_nerdctl rm -f vllm-tp23
+	else
+		say "tp2 onto another pair of GPUs: not run, this host has $n GPUs"
+	fi
+
+	VLLM_GPUS=1 RUN_STATUS=1 run_vllm vllm-tp-one "$image"
+	is "$output" "~used 2 GPU.*sees 1" "a restore onto one GPU names both counts"
+	run_ctr task ls
+	! grep -q RUNNING <<<"$output" || die "a task runs after a refused restore: $output"
 }
