@@ -72,6 +72,7 @@ PATCHES = {
     "k-cow": ("criu-patches", "mem-fill-premapped-private-memory-and-compare-copy"),
     "k-direct": ("criu-patches", "mem-read-pages-images-with-O_DIRECT"),
     "k-cgns": ("criu-patches", "cgroup-create-the-root-task-s-cgroup-namespace"),
+    "k-late": ("criu-patches", "restore-fail-when-a-plugin-cannot-resume"),
 }
 
 
@@ -202,7 +203,8 @@ BOXES = [
     ("CUDA restore",
      "CRIU's CUDA plugin runs cuda-checkpoint again: the GPU state goes back onto the GPUs CDI gave the "
      "new container (old UUIDs mapped onto new ones), then unlock.",
-     ["oci-checkpoint/cuda-checkpoint/cuda-checkpoint.c", "oci-checkpoint/cuda-checkpoint/remap.c"]),
+     ["oci-checkpoint/cuda-checkpoint/cuda-checkpoint.c", "oci-checkpoint/cuda-checkpoint/remap.c",
+      P("k-late", "a failed device restore fails the restore")]),
     ("wake",
      "rekindle-wake sees /.rekindle/wake and calls the engine's resume (SGLang: resume memory; vLLM: "
      "wake_up, reload_weights), retrying; the outcome and its times go to /.rekindle/status.",
