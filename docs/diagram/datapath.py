@@ -48,6 +48,7 @@ PATCHES = {
     "c-direct": ("containerd-patches", "diff-apply-read-a-layer-s-blob-with-O_DIRECT"),
     "c-erofs": ("containerd-patches", "diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS"),
     "c-mount": ("containerd-patches", "checkpointimage-read-a-checkpoint-layer-kept-in-plac"),
+    "c-gpus": ("containerd-patches", "checkpointimage-refuse-a-container-given-fewer-GPUs"),
     "c-criu-cause": ("containerd-patches", "runc-shim-name-CRIU-s-errors"),
     "c-policy": ("containerd-patches", "checkpointimage-restore-only-the-checkpoint-images"),
     "r-bind": ("runc-patches", "libct-criu-hand-CRIU-the-resolved-source-of-bind"),
@@ -72,7 +73,6 @@ PATCHES = {
     "k-cow": ("criu-patches", "mem-fill-premapped-private-memory-and-compare-copy"),
     "k-direct": ("criu-patches", "mem-read-pages-images-with-O_DIRECT"),
     "k-cgns": ("criu-patches", "cgroup-create-the-root-task-s-cgroup-namespace"),
-    "k-late": ("criu-patches", "restore-fail-when-a-plugin-cannot-resume"),
 }
 
 
@@ -169,6 +169,7 @@ BOXES = [
      "policy must allow it, the host must be able to restore it (else a cold start where the image asks "
      "for one), then it restores instead of starting.",
      [P("c-policy", "host's restore policy"), P("c-cold-host", "host check, cold start"),
+      P("c-gpus", "as many GPUs of the model"),
       P("c-restore", "tasks: restore on create"), P("c-cri", "CRI restores, holding its entry")]),
     ("cache",
      "The extracted-checkpoint cache, keyed by layer: the second restore unpacks nothing. The rootfs is "
@@ -203,8 +204,7 @@ BOXES = [
     ("CUDA restore",
      "CRIU's CUDA plugin runs cuda-checkpoint again: the GPU state goes back onto the GPUs CDI gave the "
      "new container (old UUIDs mapped onto new ones), then unlock.",
-     ["oci-checkpoint/cuda-checkpoint/cuda-checkpoint.c", "oci-checkpoint/cuda-checkpoint/remap.c",
-      P("k-late", "a failed device restore fails the restore")]),
+     ["oci-checkpoint/cuda-checkpoint/cuda-checkpoint.c", "oci-checkpoint/cuda-checkpoint/remap.c"]),
     ("wake",
      "rekindle-wake sees /.rekindle/wake and calls the engine's resume (SGLang: resume memory; vLLM: "
      "wake_up, reload_weights), retrying; the outcome and its times go to /.rekindle/status.",

@@ -314,7 +314,7 @@ same_as_before() {
 	fi
 
 	VLLM_GPUS=1 RUN_STATUS=1 run_vllm vllm-tp-one "$image"
-	is "$output" "~used 2 GPU.*sees 1" "a restore onto one GPU names both counts"
+	is "$output" "~holds the state of 2 GPU.*given 1" "a restore onto one GPU is refused before CRIU, naming both counts"
 	run_ctr task ls
 	! grep -q RUNNING <<<"$output" || die "a task runs after a refused restore: $output"
 }
