@@ -89,20 +89,11 @@ $(BIN)/runc: $(PINS)/runc scripts/apply-patches.sh $(call series,runc-patches) |
 	cd $(SRC)/runc && CGO_ENABLED=1 $(GOBUILD) -tags "$(RUNC_BUILDTAGS)" \
 		-ldflags "-X main.version=$(RUNC_VERSION:v%=%)+rekindle" -o $(ABSBIN)/runc .
 
-# The patch series' own unit tests, run in the patched trees. CRI's package
-# runs only ours: some upstream tests there assume cgroup v2.
-# The in-place tests (0018, 0019) call the built mkfs.erofs.
+# The patch series' own unit tests, run in the patched trees: each series
+# lists its packages and test names in its tests file (scripts/test-patches.sh).
 test-patches: $(BIN)/containerd $(BIN)/runc $(BIN)/mkfs.erofs
-	cd $(SRC)/containerd && PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test ./internal/checkpointimage/ -test.root
-	cd $(SRC)/containerd && PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test -run 'TestReadAhead|TestReadAtAhead|TestApplyDiffID|TestApplyUncompressedDiffIDIsBlobDigest|TestApplyDirectFromLocalStore|TestApplyInPlace' ./core/diff/apply/ -test.root
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCopyFileFill|TestApplyLargeFileNoSpace' ./pkg/archive/ -test.root
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestSnapshotRemovableAfterChildCollected' ./core/metadata/
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestCheckpointDir|TestCheckpointImagePath|TestColdStart|TestCheckpointCacheEntryFile' ./internal/cri/server/
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestContainerStoreUpdate' ./internal/cri/store/container/
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestWaitFollowsColdTask|TestCreateFromCheckpointRemovesExtractedDir' ./plugins/services/tasks/
-	cd $(SRC)/containerd && GOFLAGS=-mod=mod $(GO) test -run 'TestWithCRIUCause' ./cmd/containerd-shim-runc-v2/process/
-	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -tags "$(RUNC_BUILDTAGS)" -run 'TestAddCriu|TestUpLoopback|TestHasLoopback|TestOwnNetwork|TestCheckRestorePrivileges|TestCheckCgroups|TestCheckMounts|TestRestoreLsmProfile|TestRaiseOomScoreAdj|TestCheckTaskLoginuid|TestLowerRlimits' ./libcontainer/
-	cd $(SRC)/runc && GOFLAGS=-mod=mod $(GO) test -tags "$(RUNC_BUILDTAGS)" -run 'TestProgram|TestEnosysStub_SameProgramEachTime' ./libcontainer/seccomp/...
+	scripts/test-patches.sh containerd-patches/tests $(SRC)/containerd $(ABSBIN) $(GO)
+	scripts/test-patches.sh runc-patches/tests $(SRC)/runc $(ABSBIN) $(GO) -tags "$(RUNC_BUILDTAGS)"
 UNIT_TESTS += test-patches
 
 # CRIU's own zdtm memory tests, run against the patched tree.
