@@ -171,7 +171,7 @@ bench: build ## benchmarks: restore phase times, first vs cached
 	scripts/bench.sh
 
 # mkfs.erofs: containerd indexes a checkpoint layer with it, so the restore
-# reads the layer in place (containerd-patches/0018).
+# reads the layer in place (containerd-patches/diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS).
 $(BIN)/mkfs.erofs: $(PINS)/erofs scripts/build-erofs-utils.sh | $(BUILDDIR)/.deps
 	scripts/build-erofs-utils.sh $(EROFS_UTILS_VERSION) $(EROFS_UTILS_DEB_VERSION) $(EROFS_UTILS_SHA256) $(SRC)/erofs-utils $(BUILDDIR)
 

@@ -5,9 +5,9 @@
       "restore_begun_at": time or null, "cache": "miss" | "hit"}
         containerd        containerd's last "restored from checkpoint image X:
                           container-setup=0.012s [task-create=0.03s]
-                          criu-restore=0.64s total=0.68s" line for it (patch 0006)
+                          criu-restore=0.64s total=0.68s" line for it (containerd-patches/tasks-log-the-phase-times-of-each-restore-from-a-che)
         restore_begun_at  the time of its last "restoring instead of starting"
-                          line (patch 0003): what came before is nerdctl's own
+                          line (containerd-patches/tasks-restore-containers-created-from-checkpoint-ima): what came before is nerdctl's own
                           work (image unpack, container create)
         cache             "miss" when a "checkpoint cache miss" line was logged
                           from line FROM_LINE (1-based) on

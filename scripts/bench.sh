@@ -15,7 +15,7 @@
 #           bandwidth
 # then the checkpoint image is removed (its cache goes with it).
 #
-# Phases come from containerd's log (patch 0006: container-setup, criu-restore;
+# Phases come from containerd's log (containerd-patches/tasks-log-the-phase-times-of-each-restore-from-a-che: container-setup, criu-restore;
 # read by bench-log.py), from the wake helper's /.rekindle/status (woke_at,
 # done_at) and from a poller (bench-poll.py) that asks /health every few ms
 # from before `nerdctl run` and sends the first /generate the moment the
@@ -255,7 +255,7 @@ for rep in $(seq "$reps"); do
 
 	# The pages files that this checkpoint's first restore read, and the
 	# checkpoint layer they came from: nerdctl run unpacks the layer as a
-	# snapshot, which containerd's cache then uses (containerd-patches/0008);
+	# snapshot, which containerd's cache then uses (containerd-patches/checkpointimage-use-the-checkpoint-image-s-unpacked);
 	# should it extract a copy of its own, take that, the later (higher
 	# numbered) snapshot.
 	# The collector may be removing the last repetition's snapshots while
@@ -267,7 +267,7 @@ for rep in $(seq "$reps"); do
 	blob=$dir/root/io.containerd.content.v1.content/blobs/sha256/${layer#sha256:}
 	floor_files=("${pages[@]}")
 	if [ ${#pages[@]} -eq 0 ] && [ -n "$layer" ] && [ -f "$blob" ]; then
-		# Kept in place (containerd-patches/0018, 0019): CRIU read the pages
+		# Kept in place (containerd-patches/diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS, containerd-patches/checkpointimage-read-a-checkpoint-layer-kept-in-plac): CRIU read the pages
 		# from the blob through the EROFS mount of the snapshot that links it;
 		# the disk's floor is then a cold read of the blob.
 		mnt=$(findmnt -rn -t erofs -o TARGET,SOURCE | while read -r t s; do

@@ -4,7 +4,7 @@
 # a test run can be torn down completely and runs never collide.
 #
 # CONTAINERD_RESTORE_IMAGES is the TOML list of image name patterns whose
-# checkpoint images this containerd restores (containerd-patches/0021); by
+# checkpoint images this containerd restores (containerd-patches/checkpointimage-restore-only-the-checkpoint-images-t); by
 # default the names the tests and the demo use: images made on this host
 # (rekindle.local/...) and the tests' registries on loopback. Set it empty
 # to leave the option out, as a host without a policy has it: no checkpoint

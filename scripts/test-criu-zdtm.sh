@@ -3,7 +3,7 @@
 # patched CRIU built in SRCDIR, several times: as the restore runs by default,
 # with CRIU_FAULT=139, which sends every task, shared mapping and premapped
 # or copy-on-write region, however small, through the parallel fills of
-# criu-patches/0004, 0005 and 0006 (zdtm's images are far below their
+# criu-patches/restore-fill-private-memory-with-parallel-threads, criu-patches/shmem-fill-shared-memory-content-in-parallel and criu-patches/mem-fill-premapped-private-memory-and-compare-copy-o (zdtm's images are far below their
 # 64 MiB threshold otherwise); the COW tests again with pre-dumps (images
 # with a parent), where the kernel tracks dirty memory, and with lazy pages,
 # still under CRIU_FAULT=139. A last run, with CRIU_FAULT=140, has the private fill's helpers wake the restorer
@@ -11,7 +11,7 @@
 # thread set, and a helper still in /proc/PID/task fails the restore (BUG
 # in parse_threads) unless the restorer waits until it is gone. And the
 # memory tests again with CRIU_FAULT=141: every parallel fill, as small as
-# under 139, reads its pages image with O_DIRECT (criu-patches/0007), which
+# under 139, reads its pages image with O_DIRECT (criu-patches/mem-read-pages-images-with-O_DIRECT-for-the-parallel), which
 # restore.log must say for private, shared and premapped memory alike,
 # while compared memory still goes through the page cache.
 #
@@ -138,7 +138,7 @@ logs=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log 2>/dev/null)
 direct=$(grep -c 'Filling .* private memory .* with [2-9][0-9]* threads, reading pages-[0-9]*.img with O_DIRECT' <<<"$logs" || true)
 dshared=$(grep -c 'Filling .* shared memory .* with [2-9][0-9]* processes, reading pages-[0-9]*.img with O_DIRECT' <<<"$logs" || true)
 dpremap=$(grep -c 'Filling .* premapped private memory, .* with [2-9][0-9]* processes, reading pages-[0-9]*.img with O_DIRECT' <<<"$logs" || true)
-# Compare chunks are read aside, through the page cache even then (criu-patches/0007).
+# Compare chunks are read aside, through the page cache even then (criu-patches/mem-read-pages-images-with-O_DIRECT-for-the-parallel).
 dcow=$(grep -c 'Filling .* premapped private memory, [1-9][0-9]* pages of it compared .* with [2-9][0-9]* processes.*, comparing pages-[0-9]*.img through the page cache' <<<"$logs" || true)
 [ "$direct" -gt 0 ] || die "zdtm: CRIU_FAULT=141 filled no private memory with O_DIRECT (no 'Filling ... with O_DIRECT' in restore.log)"
 [ "$dshared" -gt 0 ] || die "zdtm: CRIU_FAULT=141 filled no shared memory with O_DIRECT"

@@ -90,7 +90,7 @@ def series(folder, root):
 
 
 def patch(key, root):
-    """The patch's folder and number as the series has it now, e.g. 'criu-patches/0003'."""
+    """The patch's folder and number as the series has it now, e.g. ('criu-patches', '0003')."""
     folder, slug = PATCHES[key]
     hits = [name for name in series(folder, root) if re.match(r"\d{4}-" + re.escape(slug), name)]
     if len(hits) != 1:

@@ -29,7 +29,7 @@ extracted_checkpoints() {
 }
 
 # no_checkpoint_left BEFORE: the restore left none of its extracted
-# checkpoint behind (containerd-patches/0002): nothing there but BEFORE's.
+# checkpoint behind (containerd-patches/tasks-remove-the-directory-a-checkpoint-is-extracted): nothing there but BEFORE's.
 no_checkpoint_left() {
 	local left
 	left=$(comm -13 <(echo "$1") <(extracted_checkpoints))

@@ -192,7 +192,7 @@ PY
 	answered "before the checkpoint" "$before"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output"
 	weights_intact "$port" r1
-	# runc-patches/0003: the restored network namespace's lo is up, with no
+	# runc-patches/libct-criu-bring-up-the-loopback-of-the-restored-con: the restored network namespace's lo is up, with no
 	# wake helper in this image to bring it up.
 	run_nerdctl exec r1 cat /sys/class/net/lo/flags
 	(( output & 1 )) || die "lo is down in the restored container (flags $output)"
@@ -204,7 +204,7 @@ PY
 	run_nerdctl rm -f r1
 }
 
-# nerdctl unpacked the image to run it: containerd-patches/0008 reads the
+# nerdctl unpacked the image to run it: containerd-patches/checkpointimage-use-the-checkpoint-image-s-unpacked reads the
 # checkpoint from that snapshot instead of extracting the layer again.
 @test "restores read the checkpoint from the unpacked image, extracting nothing" {
 	local image=rekindle.local/ckpt:engine layer p1 p2 misses
@@ -372,7 +372,7 @@ PY
 # nvidia-ctk's CDI specs bind driver files such as
 # /usr/share/glvnd/egl_vendor.d/10_nvidia.json, which are symlinks on many
 # hosts. CRIU binds an external mount's source without following a symlink,
-# so before runc-patches/0002 such a container checkpointed but could not be
+# so before runc-patches/libct-criu-hand-CRIU-the-resolved-source-of-bind-mou such a container checkpointed but could not be
 # restored ("Can't remount ... with MS_PRIVATE").
 @test "a container given a CDI device whose host file is a symlink restores with it" {
 	local image=rekindle.local/ckpt:cdi cdi=$BATS_TEST_TMPDIR/cdi host=$BATS_TEST_TMPDIR/host

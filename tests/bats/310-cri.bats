@@ -101,11 +101,11 @@ assert_resumed() {
 	is "$(jq -r .status.annotations.restored <<<"$info")" "true" "restored annotation"
 	is "$(jq -r .status.annotations.checkpointImage <<<"$info")" "$image" "checkpointImage annotation"
 	logged "Found checkpoint of container engine in $image"
-	# containerd-patches/0005: the base image comes from the local store.
+	# containerd-patches/checkpointimage-resolve-the-base-image-locally-befor: the base image comes from the local store.
 	logged "base image $ENGINE_IMAGE (sha256:[0-9a-f]*) found in the local store by digest"
 	logged "Restored container $CTR successfully"
-	# containerd-patches/0007: CRI sets the checkpoint up in the cache once
-	# (0008: from the unpacked image when the import unpacked it, else by
+	# containerd-patches/cri-restore-checkpoint-images-from-the-extracted-che: CRI sets the checkpoint up in the cache once
+	# (containerd-patches/checkpointimage-use-the-checkpoint-image-s-unpacked: from the unpacked image when the import unpacked it, else by
 	# extracting the layer); a second restore of the image reads it from there.
 	logged "checkpoint cache\(: using the unpacked checkpoint image as the\| miss: building\) extracted checkpoint of checkpoint layer"
 	cri_do rmp --force "$POD"
@@ -165,7 +165,7 @@ start_resumed() {
 	start_resumed "$port"
 }
 
-# holds: the containers' holds on checkpoint cache entries (containerd-patches/0007).
+# holds: the containers' holds on checkpoint cache entries (containerd-patches/cri-restore-checkpoint-images-from-the-extracted-che).
 holds() {
 	k8s_ctr snapshots ls 2>/dev/null | awk '$1 ~ /^checkpoint-restore\/.*\/checkpoint$/ {print $1}'
 }
@@ -197,7 +197,7 @@ no_holds() {
 		tail -1 | awk '{print $NF}')
 	[ -n "$layer" ] || die "containerd did not extract the checkpoint into its cache"
 	# The collector takes the removed container's hold on the entry
-	# (containerd-patches/0001 unlinks it from the entry's copy).
+	# (containerd-patches/metadata-unlink-a-collected-snapshot-from-its-parent unlinks it from the entry's copy).
 	cri_do rmp --force "$POD"
 	wait_for "the collector to take the removed container's hold" 30 no_holds
 
@@ -217,7 +217,7 @@ no_holds() {
 		"2" "extracted anew"
 }
 
-@test "crictl: a restore into a container that drops the checkpoint's capabilities is refused (runc-patches/0005)" {
+@test "crictl: a restore into a container that drops the checkpoint's capabilities is refused (runc-patches/libct-criu-refuse-a-restore-whose-images-grant-more)" {
 	local port image=rekindle.local/ckpt:cri-caps ctr err=$BATS_TEST_TMPDIR/start.err
 	port=$(free_port)
 	checkpoint_engine_pod csrc "$image" "$port"

@@ -84,7 +84,7 @@ threads() {
 	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' ms)
 	is "$(threads "$pid")" "$threads0" "thread counts of parent and child: the fill's helper threads are gone"
 
-	# The pages came through the parallel fills (criu-patches/0004, 0005),
+	# The pages came through the parallel fills (criu-patches/restore-fill-private-memory-with-parallel-threads, criu-patches/shmem-fill-shared-memory-content-in-parallel),
 	# not the serial loop: CRIU's restore.log, in the task's work directory
 	# while the task runs, says how many threads and processes filled them.
 	# A stock CRIU, or one whose helpers never start, logs neither line.
@@ -143,7 +143,7 @@ tree_tasks() {
 	is "$(tree_tasks "$pid")" "$tasks0" "the container's processes and threads: no fill helper is left"
 
 	# The parent filled the heap and the child compared it through helper
-	# processes (criu-patches/0006), not the serial loop.
+	# processes (criu-patches/mem-fill-premapped-private-memory-and-compare-copy-o), not the serial loop.
 	local id log
 	id=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.ID}}' ms)
 	log=$(find "$RK_DIR" -path "*/$id/*" -name restore.log | head -1)
@@ -180,8 +180,8 @@ dump_memstate() {
 	pages=$(ls -S "$img"/pages-*.img | head -1)
 	truncate -s -1M "$pages"
 
-	# Serial (0002) and parallel (0004) fill alike, the latter through the
-	# page cache and with O_DIRECT (0007), last with the image also cut short
+	# Serial (criu-patches/restorer-fail-on-a-truncated-pages-image-instead-of) and parallel (criu-patches/restore-fill-private-memory-with-parallel-threads) fill alike, the latter through the
+	# page cache and with O_DIRECT (criu-patches/mem-read-pages-images-with-O_DIRECT-for-the-parallel), last with the image also cut short
 	# of a page boundary (the O_DIRECT read there returns a part of a block,
 	# the rest goes through the cache); stock CRIU spins forever here.
 	local n
@@ -208,10 +208,10 @@ dump_memstate() {
 @test "a truncated copy-on-write pages image fails the restore, naming the image, with no process left" {
 	local img=$BATS_TEST_TMPDIR/img tree
 	# 256 MiB shared copy-on-write: the parent fills it premapped, the child
-	# compares it (criu-patches/0006), both through helpers.
+	# compares it (criu-patches/mem-fill-premapped-private-memory-and-compare-copy-o), both through helpers.
 	dump_memstate "$img" -c 256 8
 	# The two largest pages images: the parent's and the child's.
-	# Each through the page cache and with O_DIRECT (criu-patches/0007), the
+	# Each through the page cache and with O_DIRECT (criu-patches/mem-read-pages-images-with-O_DIRECT-for-the-parallel), the
 	# latter also cut short of a page boundary (an O_DIRECT read that ends
 	# there returns a part of a block, and the rest goes through the cache).
 	# The parent's premapped pages are read with O_DIRECT then, the child's
@@ -251,7 +251,7 @@ dump_memstate() {
 	local img=$BATS_TEST_TMPDIR/img tree
 	# A small heap, and 32 MiB each of memfd and shared anonymous memory:
 	# below the size at which CRIU fills shared memory in parallel, so its
-	# serial loop (criu-patches/0001) reads them.
+	# serial loop (criu-patches/shmem-fail-the-restore-when-shared-memory-pages-cann) reads them.
 	dump_memstate "$img" 8 32
 
 	# The shared mappings' pages are each a pages image of exactly 32 MiB.

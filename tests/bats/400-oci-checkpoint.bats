@@ -142,7 +142,7 @@ no_erofs_mounts() {
 	[ -z "$(erofs_mounts)" ]
 }
 
-# containerd-patches/0018 and 0019: the uncompressed checkpoint layer is
+# containerd-patches/diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS and containerd-patches/checkpointimage-read-a-checkpoint-layer-kept-in-plac: the uncompressed checkpoint layer is
 # kept as an EROFS tar index over its blob when nerdctl unpacks it, and
 # the restore reads the memory pages from the blob through that mount.
 @test "nerdctl run reads an uncompressed checkpoint layer in place; the mount goes with the image" {
@@ -478,7 +478,7 @@ no_erofs_mounts() {
 	run_nerdctl push --insecure-registry "$reg"
 	run_nerdctl rm -f fr0
 	# A host that has neither image by name: the restore pulls both, the base
-	# on demand (containerd-patches/0005), which leaves no image record.
+	# on demand (containerd-patches/checkpointimage-resolve-the-base-image-locally-befor), which leaves no image record.
 	run_nerdctl rmi "$reg" "$base"
 	restored fr1 "$port" "$reg" "restore on a host without the base image" --insecure-registry
 	run_nerdctl 1 image inspect "$base"

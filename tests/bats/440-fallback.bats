@@ -1,11 +1,11 @@
 #!/usr/bin/env bats
-# A checkpoint image that this host cannot restore (containerd-patches/0010),
-# or whose restore CRIU fails (0011 through nerdctl, 0012 through CRI): made
+# A checkpoint image that this host cannot restore (containerd-patches/checkpointimage-start-cold-when-a-host-cannot-restor),
+# or whose restore CRIU fails (containerd-patches/tasks-start-cold-when-the-runtime-fails-to-restore-a through nerdctl, containerd-patches/cri-start-cold-when-the-runtime-fails-to-restore-a-c through CRI): made
 # with `oci-checkpoint create --fallback cold`, it starts cold from its base
 # image with the checkpointed container's own command and environment (the
 # user's -e over it), through nerdctl and through CRI, and containerd says
 # so in its log and an event (a foreground nerdctl run follows the cold
-# start, 0011); made
+# start, containerd-patches/tasks-start-cold-when-the-runtime-fails-to-restore-a); made
 # without, the run fails with the reason and leaves nothing.
 #
 # The host that "cannot restore" is this one: the image's recorded CPU flags
@@ -286,7 +286,7 @@ break_criu_images() {
 
 	run_nerdctl '?' run -d --name fndst -p "127.0.0.1:$port:30000" "$image"
 	[ "$status" -ne 0 ] || die "nerdctl run of an image CRIU cannot restore succeeded"
-	# runc says only "criu failed"; the shim adds CRIU's own error (0020).
+	# runc says only "criu failed"; the shim adds CRIU's own error (containerd-patches/runc-shim-name-CRIU-s-errors-when-a-restore-fails).
 	is "$output" "~CRIU: .+ \(criu/[a-z_-]+\.c:[0-9]+\) \(log: .*/restore\.log\)" "the error names what CRIU failed on, and its log"
 	run_nerdctl ps -q --filter name=fndst
 	is "$output" "" "no container running"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# The host's restore policy (containerd-patches/0021): containerd restores
+# The host's restore policy (containerd-patches/checkpointimage-restore-only-the-checkpoint-images-t): containerd restores
 # only the checkpoint images whose name matches a pattern of
 # checkpoint_restore_images (the tasks service's option, which CRI reads
 # too). A checkpoint image sets the restored process's credentials, so an

@@ -271,7 +271,7 @@ same_as_before() {
 		"${PYFLAGS[@]}" --volume="$MODEL:/models/model:ro" "$image"
 	say "restore with another $so: exit $status: $(tail -1 <<<"$output")"
 	[ "$status" -ne 0 ] || die "the restore onto another vLLM succeeded"
-	is "$output" "~CRIU: File var/tmp/vllm-site/$so has bad size" "the error names the file that differs (containerd-patches/0020)"
+	is "$output" "~CRIU: File var/tmp/vllm-site/$so has bad size" "the error names the file that differs (containerd-patches/runc-shim-name-CRIU-s-errors-when-a-restore-fails)"
 	run_nerdctl '?' inspect -f '{{.State.Running}}' vllm-other
 	[ "$output" != true ] || die "a container runs after the failed restore"
 	rm -rf "$other"

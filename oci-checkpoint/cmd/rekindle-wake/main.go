@@ -177,7 +177,7 @@ func wait(p engine.Profile, poll, deadline time.Duration) {
 // into a new network namespace without CRIU restoring its interfaces (the
 // CNI hook configures eth0 again) and, unlike at start, does not bring lo
 // up, so engines and this helper would find 127.0.0.1 unreachable. Our runc
-// (runc-patches/0003) does; this covers a stock one where the container
+// (runc-patches/libct-criu-bring-up-the-loopback-of-the-restored-con) does; this covers a stock one where the container
 // has CAP_NET_ADMIN. The helper runs with the container's own capabilities
 // and records the outcome in its status either way.
 func loopbackUp() string {

@@ -39,7 +39,7 @@ const (
 	FallbackNone = "none"
 
 	// LayerInPlace, on the checkpoint layer's descriptor, asks a patched
-	// containerd (containerd-patches/0018) to keep the uncompressed layer as
+	// containerd (containerd-patches/diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS) to keep the uncompressed layer as
 	// an EROFS tar index over its blob rather than extract it, so the restore
 	// reads the memory pages from the blob once. Other runtimes ignore it.
 	LayerInPlace      = Prefix + "layer.in-place"
