@@ -1,6 +1,6 @@
-# Image recipes: offline Debian base image and the CPU reference engine,
-# written as OCI image archives that `ctr images import` and `nerdctl load`
-# read. Included by the top Makefile (run make from the repo root).
+# Image recipes: the offline Debian base image, the CPU and GPU reference
+# engines, the transformers engine (hf-engine) and the vLLM engine, written
+# as OCI image archives that `ctr images import` and `nerdctl load` read. Included by the top Makefile (run make from the repo root).
 #
 #   make images        build the archives (a second run rebuilds nothing)
 #   make test-images   unit tests of the CPU and GPU engines and of the weight set

@@ -13,7 +13,7 @@
 #   --env=ENGINE_PYTHON_HOME=/host/usr   --env=ENGINE_SITE=VENV/lib/python3.X/site-packages:...
 #
 # Non-recursive binds (",bind"): the host's submounts under /usr (the driver's
-# squashfs on the lent machines) stay out; CDI brings the driver in. Every bind
+# squashfs on the GPU hosts) stay out; CDI brings the driver in. Every bind
 # is read-only and named in the container's spec, so runc hands each to CRIU
 # as an external mount and a restore binds the same host paths again.
 set -euo pipefail
