@@ -87,7 +87,7 @@ func Lookup(name string, port int) (Profile, error) {
 }
 
 // DefaultVLLMSleepLevel is the level --engine vllm sleeps at. Measured on an
-// H100 host with a 1.2 B model (docs/benchmarks.md, vLLM): level 2 restores
+// H100 host with a 1.2 B model (docs/benchmarks-history.md, vLLM): level 2 restores
 // cached to its first token in 2.1 s, level 1 in 3.6 s. Level 1's offloaded
 // weights ride in the checkpoint (7.0 GB against 3.6 GB) and CRIU must
 // fill them back; level 2 reloads them from the model's files, already in
