@@ -168,7 +168,7 @@ demo: build ## checkpoint a running engine and restore it with nerdctl run, prin
 	scripts/demo.sh
 
 bench: build ## benchmarks: restore phase times, first vs cached
-	scripts/bench.sh
+	bench/bench.sh
 
 # mkfs.erofs: containerd indexes a checkpoint layer with it, so the restore
 # reads the layer in place (containerd-patches/diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS).
@@ -181,7 +181,7 @@ $(BUILDDIR)/stock/bin/criu: $(PINS)/criu scripts/build-criu.sh | $(BUILDDIR)/.de
 	@touch $@
 
 bench-criu: $(BIN)/criu $(BUILDDIR)/stock/bin/criu ## benchmark: CRIU restore of a synthetic process, stock vs criu-patches/
-	BENCH_CRIU_STOCK=$(BUILDDIR)/stock/bin/criu scripts/bench-criu.sh
+	BENCH_CRIU_STOCK=$(BUILDDIR)/stock/bin/criu bench/bench-criu.sh
 
 clean: ## remove built binaries (keeps fetched sources and downloads)
 	rm -rf $(BIN) $(PINS) $(BUILDDIR)/lib
