@@ -138,7 +138,8 @@ $(BIN)/cni/bridge: $(PINS)/cni | $(BUILDDIR)/.deps
 	@touch $@
 
 # The units in systemd/ and what each one runs from PREFIX/bin besides the
-# built stack: scripts installed under another name.
+# built stack: scripts installed under another name (systemd/rekindle-cache-gc.sh,
+# beside its unit, as rekindle-cache-gc).
 UNITS := $(wildcard systemd/*.service systemd/*.timer systemd/*.service.d/*.conf)
 
 install: ## copy the built stack, the units and what they run under $(DESTDIR)$(PREFIX) (run 'make build' first)
@@ -147,7 +148,7 @@ install: ## copy the built stack, the units and what they run under $(DESTDIR)$(
 	install -m 0755 $(filter-out $(BIN)/cni,$(wildcard $(BIN)/*)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BIN)/cni/* $(DESTDIR)$(PREFIX)/libexec/cni/
 	install -m 0644 $(BUILDDIR)/lib/criu/cuda_plugin.so $(DESTDIR)$(PREFIX)/lib/criu/
-	install -m 0755 scripts/cache-gc.sh $(DESTDIR)$(PREFIX)/bin/rekindle-cache-gc
+	install -m 0755 systemd/rekindle-cache-gc.sh $(DESTDIR)$(PREFIX)/bin/rekindle-cache-gc
 ifneq ($(SYSTEMDUNITDIR),)
 	@for u in $(UNITS:systemd/%=%); do \
 		echo "install $$u -> $(DESTDIR)$(SYSTEMDUNITDIR)/$$u"; \
