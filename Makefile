@@ -138,7 +138,8 @@ $(BIN)/cni/bridge: $(PINS)/cni | $(BUILDDIR)/.deps
 	@touch $@
 
 # The units in systemd/ and what each one runs from PREFIX/bin besides the
-# built stack: scripts installed under another name.
+# built stack: scripts installed under another name (systemd/rekindle-cache-gc.sh,
+# beside its unit, as rekindle-cache-gc).
 UNITS := $(wildcard systemd/*.service systemd/*.timer systemd/*.service.d/*.conf)
 
 install: ## copy the built stack, the units and what they run under $(DESTDIR)$(PREFIX) (run 'make build' first)
@@ -147,7 +148,7 @@ install: ## copy the built stack, the units and what they run under $(DESTDIR)$(
 	install -m 0755 $(filter-out $(BIN)/cni,$(wildcard $(BIN)/*)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BIN)/cni/* $(DESTDIR)$(PREFIX)/libexec/cni/
 	install -m 0644 $(BUILDDIR)/lib/criu/cuda_plugin.so $(DESTDIR)$(PREFIX)/lib/criu/
-	install -m 0755 scripts/cache-gc.sh $(DESTDIR)$(PREFIX)/bin/rekindle-cache-gc
+	install -m 0755 systemd/rekindle-cache-gc.sh $(DESTDIR)$(PREFIX)/bin/rekindle-cache-gc
 ifneq ($(SYSTEMDUNITDIR),)
 	@for u in $(UNITS:systemd/%=%); do \
 		echo "install $$u -> $(DESTDIR)$(SYSTEMDUNITDIR)/$$u"; \
@@ -168,7 +169,7 @@ demo: build ## checkpoint a running engine and restore it with nerdctl run, prin
 	scripts/demo.sh
 
 bench: build ## benchmarks: restore phase times, first vs cached
-	scripts/bench.sh
+	bench/bench.sh
 
 # mkfs.erofs: containerd indexes a checkpoint layer with it, so the restore
 # reads the layer in place (containerd-patches/diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS).
@@ -181,7 +182,7 @@ $(BUILDDIR)/stock/bin/criu: $(PINS)/criu scripts/build-criu.sh | $(BUILDDIR)/.de
 	@touch $@
 
 bench-criu: $(BIN)/criu $(BUILDDIR)/stock/bin/criu ## benchmark: CRIU restore of a synthetic process, stock vs criu-patches/
-	BENCH_CRIU_STOCK=$(BUILDDIR)/stock/bin/criu scripts/bench-criu.sh
+	BENCH_CRIU_STOCK=$(BUILDDIR)/stock/bin/criu bench/bench-criu.sh
 
 clean: ## remove built binaries (keeps fetched sources and downloads)
 	rm -rf $(BIN) $(PINS) $(BUILDDIR)/lib

@@ -22,7 +22,7 @@ pkgs=(
 	python3-yaml
 	# provisioning (ansible/) and its tests: playbook, linter, systemd-analyze
 	ansible-core ansible-lint systemd
-	# benchmarks: scripts/bench-report.py draws the timeline chart (make bench)
+	# benchmarks: bench/bench-report.py draws the timeline chart (make bench)
 	python3-matplotlib
 	# podman interop (docs/podman.md, tests/bats/430-podman.bats); nsenter
 	# reaches the engine in the network namespace it was restored with

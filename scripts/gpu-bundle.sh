@@ -26,7 +26,7 @@ cp "$b/bin/cni/"* "$stage/bin/cni/"
 [ -x "$b/stock/bin/criu" ] || die "$b/stock/bin/criu is missing: run 'make $b/stock/bin/criu' first"
 cp "$b/stock/bin/criu" "$stage/bin/criu-stock"
 gcc -O2 -static -o "$stage/bin/memstate" "$root/tests/criu/memstate.c" || die "cannot build memstate"
-gcc -O2 -static -pthread -o "$stage/bin/pagefill" "$root/scripts/pagefill.c" || die "cannot build pagefill"
+gcc -O2 -static -pthread -o "$stage/bin/pagefill" "$root/bench/pagefill.c" || die "cannot build pagefill"
 cp "$(command -v jq)" "$stage/bin/"
 strip "$stage/bin/"* "$stage/bin/cni/"* 2>/dev/null || true
 cp "$b/lib/criu/cuda_plugin.so" "$stage/lib/criu/"

@@ -178,7 +178,7 @@ BOXES = [
      [P("c-cache", "the cache"), P("c-unpacked", "the unpacked image reused"),
       P("c-upper", "rootfs diff into the upper dir"),
       P("c-drop", "dropped after a failed restore, tasks and CRI"),
-      "scripts/cache-gc.sh"]),
+      "systemd/rekindle-cache-gc.sh"]),
     ("runc restore",
      "runc refuses CRIU images that grant a task more than the new container's config (ids, "
      "capabilities, no_new_privs, seccomp, LSM label, limits, scheduling, namespaces, cgroups, mounts, "

@@ -158,7 +158,7 @@ start_resumed() {
 	# Between create and start: the image goes (containerd's collector runs
 	# with --sync) and cache-gc prunes everything it may.
 	run_cmd k8s_ctr images rm --sync "$image"
-	run_cmd "$REKINDLE_ROOT/scripts/cache-gc.sh" --address "$RK_DIR/containerd.sock" --max-age 0s --max-size 0
+	run_cmd "$REKINDLE_ROOT/systemd/rekindle-cache-gc.sh" --address "$RK_DIR/containerd.sock" --max-age 0s --max-size 0
 	run_cmd k8s_ctr snapshots ls
 	[[ $output == *"checkpoint-restore/$CTR/checkpoint"* ]] || die "no snapshot holds the checkpoint of container $CTR"
 

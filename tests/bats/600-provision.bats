@@ -5,7 +5,7 @@
 # second run, and the stack it installed works. The containerd role keeps a
 # kubeadm node's configuration, adding only the import of Rekindle's drop-in,
 # and refuses one it cannot merge. The GPU tasks run in check mode against a
-# fake driver. scripts/cache-gc.sh prunes checkpoint cache
+# fake driver. systemd/rekindle-cache-gc.sh prunes checkpoint cache
 # entries in a real containerd.
 
 load helpers
@@ -376,7 +376,7 @@ fake_driver() {
 	is "$(cat /proc/sys/kernel/io_uring_disabled)" "$before" "kernel.io_uring_disabled after --check"
 }
 
-# ---- scripts/cache-gc.sh ----------------------------------------------------
+# ---- systemd/rekindle-cache-gc.sh ------------------------------------------
 
 # snap NS ARGS...: ctr snapshots in namespace NS of this file's containerd.
 snap() {
@@ -422,7 +422,7 @@ entry_keys() {
 cache_gc() {
 	local expect=0
 	case "$1" in [0-9]* | '?') expect=$1; shift ;; esac
-	run_cmd "$expect" "$REKINDLE_ROOT/scripts/cache-gc.sh" --address "$RK_DIR/containerd.sock" "$@"
+	run_cmd "$expect" "$REKINDLE_ROOT/systemd/rekindle-cache-gc.sh" --address "$RK_DIR/containerd.sock" "$@"
 }
 
 L_OLD=sha256:0000000000000000000000000000000000000000000000000000000000000a01
@@ -489,6 +489,6 @@ L_NEW=sha256:0000000000000000000000000000000000000000000000000000000000000a04
 	is "$output" "~bad age '3x'" "bad age"
 	cache_gc 2 --max-size 10Q
 	is "$output" "~bad size '10Q'" "bad size"
-	run_cmd 2 "$REKINDLE_ROOT/scripts/cache-gc.sh" --address "$BATS_TEST_TMPDIR/none.sock"
+	run_cmd 2 "$REKINDLE_ROOT/systemd/rekindle-cache-gc.sh" --address "$BATS_TEST_TMPDIR/none.sock"
 	is "$output" "~containerd does not answer on $BATS_TEST_TMPDIR/none.sock" "no containerd"
 }

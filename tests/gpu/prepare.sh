@@ -2,7 +2,7 @@
 # prepare.sh BUNDLE [CDI_LOG]: get a GPU machine ready for Rekindle from the
 # bundle scripts/gpu-bundle.sh made: the stack unpacked in /opt/rekindle,
 # CRIU's CUDA plugin where criu looks for it, io_uring off, and the CDI spec
-# for nvidia.com/gpu. tests/gpu/run.sh and scripts/gpu-bench.sh run it.
+# for nvidia.com/gpu. tests/gpu/run.sh and bench/gpu-bench.sh run it.
 set -euo pipefail
 . "$(dirname "$0")/../../scripts/lib.sh"
 need_root

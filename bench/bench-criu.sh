@@ -95,12 +95,12 @@ if [ -x "$bin/memstate" ] && [ -x "$bin/pagefill" ]; then
 	cp "$bin/memstate" "$bin/pagefill" "$dir/"
 else
 	gcc -O2 -static -o "$dir/memstate" "$root/tests/criu/memstate.c" || die "cannot build memstate"
-	gcc -O2 -pthread -o "$dir/pagefill" "$root/scripts/pagefill.c" || die "cannot build pagefill"
+	gcc -O2 -pthread -o "$dir/pagefill" "$root/bench/pagefill.c" || die "cannot build pagefill"
 fi
 { "$dir/memstate" 2>&1 || true; } | grep -q -- '-w WORKERS' ||
 	die "$bin/memstate predates its shapes (-c, -w): rebuild it from tests/criu/memstate.c"
 { "$dir/pagefill" 2>&1 || true; } | grep -q -- direct ||
-	die "$bin/pagefill predates its O_DIRECT floor: rebuild it from scripts/pagefill.c"
+	die "$bin/pagefill predates its O_DIRECT floor: rebuild it from bench/pagefill.c"
 
 # wait_file FILE SECONDS
 wait_file() {
@@ -394,7 +394,7 @@ jq -n --argjson cpus "$cpus" --argjson size_gib "$gb" --argjson shared_mib "$sha
 	  cold_floors: $cold_floors, shapes: $shapes, restores: $runs, fills: $fills}' >"$json"
 report_py=/usr/bin/python3
 /usr/bin/python3 -c 'import matplotlib' 2>/dev/null || report_py=python3
-"$report_py" "$root/scripts/bench-criu-report.py" "$json" || note "no chart or table: the raw result is $json"
+"$report_py" "$root/bench/bench-criu-report.py" "$json" || note "no chart or table: the raw result is $json"
 # The fill rates, beside the whole restores' medians, appended to the table.
 [ -f "$out/criu-$stamp.md" ] && python3 - "$json" >>"$out/criu-$stamp.md" <<'EOF'
 import json, statistics, sys

@@ -1,4 +1,4 @@
-"""bench-poll.py PORT PROMPT TIMEOUT: run by scripts/bench.sh beside each
+"""bench-poll.py PORT PROMPT TIMEOUT: run by bench/bench.sh beside each
 `nerdctl run`. Asks GET /health every 2 ms until it answers 200, then POSTs
 PROMPT to /generate once; prints the times (epoch seconds), the answer and the
 engine's /state as one JSON object.

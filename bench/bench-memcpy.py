@@ -1,4 +1,4 @@
-"""bench-memcpy.py [MiB]: memcpy bandwidth for scripts/bench.sh where gcc is
+"""bench-memcpy.py [MiB]: memcpy bandwidth for bench/bench.sh where gcc is
 missing (bench-memcpy.c otherwise): Python's memmove (bytearray slice
 assignment), single-threaded. "warm": into a buffer already faulted in;
 "fresh": into new pages (calloc), page faults included. One JSON object."""

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-bench.sh [BUNDLE.tar.xz]: scripts/bench.sh for the GPU reference engine
+# gpu-bench.sh [BUNDLE.tar.xz]: bench/bench.sh for the GPU reference engine
 # (images/gpu-engine/) on a GPU host: cold start vs first restore vs cached
 # restore, side by side, plus the pinned host-to-device bandwidth and the
 # weight reload ratio (weights bytes / the engine's reload seconds, against
@@ -29,7 +29,7 @@
 #
 # Output: $OUT (when set, e.g. on a lent machine) or build/bench: gpu-TIMESTAMP.json,
 # .md and latest-gpu.*; the chart needs matplotlib, which GPU hosts may lack:
-# make it elsewhere with scripts/bench-report.py RESULT.json --png CHART.png.
+# make it elsewhere with bench/bench-report.py RESULT.json --png CHART.png.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 . "$root/scripts/lib.sh"
@@ -152,7 +152,7 @@ if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
 	echo "ENGINE_VLLM_ARGS=${GPU_BENCH_VLLM_ARGS:---max-model-len 2048 --gpu-memory-utilization 0.4}" >"$work/vllm.env"
 	BENCH_RUN_FLAGS="--device nvidia.com/gpu=$gpu ${pyflags[*]} --volume=$vllm_model:/models/model:ro --env=ENGINE_PORT=$port --env-file=$work/vllm.env"
 fi
-export BENCH_COMMAND="scripts/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_ENGINE=${GPU_BENCH_ENGINE:-reference} GPU_BENCH_GB=$gb${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1})"
+export BENCH_COMMAND="bench/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_ENGINE=${GPU_BENCH_ENGINE:-reference} GPU_BENCH_GB=$gb${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1})"
 
 # GPU_BENCH_WEIGHT_SET=1: the engine takes its weights from a set that the
 # rekindle-weights service loads from the weights file (page cache dropped
@@ -177,4 +177,4 @@ fi
 	nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv
 	"$py" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'
 } >&2
-"$root/scripts/bench.sh"
+"$root/bench/bench.sh"

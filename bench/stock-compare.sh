@@ -21,9 +21,8 @@
 # DIR defaults to /tmp/rekindle-stock-compare; both containerds are stopped
 # and DIR removed at the end. Needs root and a built stack (make build).
 set -uo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-root=$(dirname "$here")
-. "$here/lib.sh"
+root=$(cd "$(dirname "$0")/.." && pwd)
+. "$root/scripts/lib.sh"
 need_root
 cd "$root"
 . <(sed -n 's/^\(CONTAINERD_[A-Z]*\|GO_VERSION\) *:= *\(.*\)$/\1="\2"/p' versions.mk)

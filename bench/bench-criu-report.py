@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """bench-criu-report.py RESULT.json: the table (RESULT.md) and chart
-(RESULT.png) of a scripts/bench-criu.sh run: for each shape of process tree,
+(RESULT.png) of a bench/bench-criu.sh run: for each shape of process tree,
 the restore time of stock CRIU and of criu-patches/ (and of another CRIU,
 such as upstream 4.3, where the run had one), warm and cold, side by side,
 beside the floors of the same run."""

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench.sh: cold start vs first restore vs cached restore of a reference
 # engine, side by side in one run, with the floors the hardware sets,
-# measured in the same run. Run by `make bench` (CPU engine); scripts/gpu-bench.sh
+# measured in the same run. Run by `make bench` (CPU engine); bench/gpu-bench.sh
 # runs it for the GPU engine on a GPU host (BENCH_ENGINE=gpu).
 #
 # Every repetition, in this order, under a private containerd:
@@ -20,7 +20,7 @@
 # done_at) and from a poller (bench-poll.py) that asks /health every few ms
 # from before `nerdctl run` and sends the first /generate the moment the
 # engine is healthy. This script only runs them: the measuring tools are
-# scripts/bench-*.{py,c}, the report bench-report.py.
+# bench/bench-*.{py,c}, the report bench-report.py.
 #
 # Environment:
 #   BENCH_REPS         repetitions (5)
@@ -104,10 +104,10 @@ for i in $tars; do n load -i "$images/$i.tar" >/dev/null; done
 # (Python's memmove); both single-threaded, like a page copy.
 memcpy_mb=${BENCH_MEMCPY_MB:-1024}
 if command -v gcc >/dev/null 2>&1; then
-	gcc -O2 -o "$dir/memcpy" "$root/scripts/bench-memcpy.c" || die "cannot compile scripts/bench-memcpy.c"
+	gcc -O2 -o "$dir/memcpy" "$root/bench/bench-memcpy.c" || die "cannot compile bench/bench-memcpy.c"
 	memcpy_bw() { "$dir/memcpy" "$memcpy_mb"; }
 else
-	memcpy_bw() { python3 "$root/scripts/bench-memcpy.py" "$memcpy_mb"; }
+	memcpy_bw() { python3 "$root/bench/bench-memcpy.py" "$memcpy_mb"; }
 fi
 
 # disk_read FILE...: drop the page cache, read the files once; JSON.
@@ -146,8 +146,8 @@ bench_extra_bandwidth() {
 # cuda-checkpoint's log (GPU): bench-log.py sums its timed steps per restore.
 cuda_log=${REKINDLE_CUDA_CHECKPOINT_LOG:-}
 cuda_lines() { if [ -n "$cuda_log" ] && [ -f "$cuda_log" ]; then wc -l <"$cuda_log"; else echo 0; fi; }
-# bench_log ARGS...: what scripts/bench-log.py reads from the run's logs.
-bench_log() { python3 "$root/scripts/bench-log.py" "$@"; }
+# bench_log ARGS...: what bench/bench-log.py reads from the run's logs.
+bench_log() { python3 "$root/bench/bench-log.py" "$@"; }
 
 # ---- one run -----------------------------------------------------------------
 
@@ -177,7 +177,7 @@ measure() {
 	local restore='{"containerd": {}, "restore_begun_at": null, "cache": null}'
 	cuda_mark=$(($(cuda_lines) + 1))
 	[ "$engine" = cpu ] && p=$(port)
-	python3 "$root/scripts/bench-poll.py" "$p" "$prompt" "$timeout" >"$dir/poll.json" &
+	python3 "$root/bench/bench-poll.py" "$p" "$prompt" "$timeout" >"$dir/poll.json" &
 	local poller=$!
 	t0=$EPOCHREALTIME
 	# shellcheck disable=SC2046
@@ -306,9 +306,9 @@ jq -n --arg engine "$engine" --arg started "$started" --arg finished "$(date -u 
 	  config: {reps: $reps, engine_image: $image, state_mb: $state_mb, drop_caches: $drop, run_flags: $flags,
 	          containerd_task_state_timeout: $st},
 	  runs: $runs, checkpoints: $checkpoints, bandwidth: $bandwidth}' >"$result"
-"$report_py" "$root/scripts/bench-report.py" "$result" \
+"$report_py" "$root/bench/bench-report.py" "$result" \
 	--png "${result%.json}.png" --markdown "${result%.json}.md" ||
-	note "warning: bench-report.py failed; the raw result is kept: make the report elsewhere with scripts/bench-report.py $result"
+	note "warning: bench-report.py failed; the raw result is kept: make the report elsewhere with bench/bench-report.py $result"
 for f in json png md; do
 	[ -f "${result%.json}.$f" ] && cp "${result%.json}.$f" "$out/latest-$engine.$f"
 done

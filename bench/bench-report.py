@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """bench-report.py RESULT.json [--png CHART.png] [--markdown TABLE.md]
 
-Reads the raw result that scripts/bench.sh (or gpu-bench.sh) wrote, derives
+Reads the raw result that bench/bench.sh (or gpu-bench.sh) wrote, derives
 each run's phases, the medians and spread over the repetitions, the floors
 set by the bandwidths measured in the same run and the ratios against
 Rekindle's targets; writes them back into RESULT.json ("summary"), and

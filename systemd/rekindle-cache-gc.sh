@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# cache-gc.sh [OPTIONS]: prune the extracted-checkpoint cache of a patched
+# rekindle-cache-gc.sh [OPTIONS]: prune the extracted-checkpoint cache of a patched
 # containerd by age and by size.
 #
 # The cache (containerd-patches/checkpointimage-cache-extracted-checkpoints-by-layer) is made of snapshots named

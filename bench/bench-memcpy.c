@@ -1,4 +1,4 @@
-/* bench-memcpy.c [MiB]: memcpy bandwidth for scripts/bench.sh, which compiles
+/* bench-memcpy.c [MiB]: memcpy bandwidth for bench/bench.sh, which compiles
  * it when gcc is here (else it runs bench-memcpy.py). Single-threaded, like a
  * page copy; five runs, median and best, as one JSON object.
  * "warm": into a buffer already faulted in; "fresh": into new pages, page

@@ -1,4 +1,4 @@
-"""bench-log.py: what scripts/bench.sh reads from the logs of one run, as JSON.
+"""bench-log.py: what bench/bench.sh reads from the logs of one run, as JSON.
 
   bench-log.py restore CONTAINERD_LOG CONTAINER FROM_LINE
       one restore of CONTAINER: {"containerd": {phase: seconds},
