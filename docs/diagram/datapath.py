@@ -49,6 +49,7 @@ PATCHES = {
     "c-erofs": ("containerd-patches", "diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS"),
     "c-mount": ("containerd-patches", "checkpointimage-read-a-checkpoint-layer-kept-in-plac"),
     "c-gpus": ("containerd-patches", "checkpointimage-refuse-a-container-given-fewer-GPUs"),
+    "c-rules": ("containerd-patches", "checkpointimage-apply-oci-checkpoint-check-s-rules"),
     "c-criu-cause": ("containerd-patches", "runc-shim-name-CRIU-s-errors"),
     "c-policy": ("containerd-patches", "checkpointimage-restore-only-the-checkpoint-images"),
     "r-bind": ("runc-patches", "libct-criu-hand-CRIU-the-resolved-source-of-bind"),
@@ -169,7 +170,7 @@ BOXES = [
      "policy must allow it, the host must be able to restore it (else a cold start where the image asks "
      "for one), then it restores instead of starting.",
      [P("c-policy", "host's restore policy"), P("c-cold-host", "host check, cold start"),
-      P("c-gpus", "as many GPUs of the model"),
+      P("c-gpus", "as many GPUs of the model"), P("c-rules", "oci-checkpoint check's rules"),
       P("c-restore", "tasks: restore on create"), P("c-cri", "CRI restores, holding its entry")]),
     ("cache",
      "The extracted-checkpoint cache, keyed by layer: the second restore unpacks nothing. The rootfs is "

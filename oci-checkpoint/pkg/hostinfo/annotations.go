@@ -57,9 +57,12 @@ func Check(a map[string]string, here Host) (problems []Problem, notes []string) 
 		problems = append(problems, Problem{"cpu", fmt.Sprintf("checkpointed on a %s CPU (%s), this host has %s (%s): restore on a host with a %s CPU", v, a[annotations.CPUModel], here.CPUVendor, here.CPUModel, v)})
 	}
 	if fl := a[annotations.CPUFlags]; fl != "" {
-		have := map[string]bool{}
-		for _, f := range here.CPUFlags {
-			have[f] = true
+		have := here.allFlags
+		if have == nil {
+			have = map[string]bool{}
+			for _, f := range here.CPUFlags {
+				have[f] = true
+			}
 		}
 		var missing []string
 		for _, f := range strings.Split(fl, ",") {

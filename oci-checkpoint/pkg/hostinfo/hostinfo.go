@@ -42,11 +42,15 @@ type Host struct {
 	CPUVendor string   `json:"cpu_vendor"`
 	CPUModel  string   `json:"cpu_model"`
 	CPUFlags  []string `json:"cpu_flags"` // the ISAFlags this CPU has
-	Kernel    string   `json:"kernel"`
-	CRIU      string   `json:"criu_version,omitempty"`
-	Driver    string   `json:"nvidia_driver,omitempty"`
-	CUDA      string   `json:"cuda_version,omitempty"`
-	GPUs      []GPU    `json:"gpus"`
+	// allFlags are all of this CPU's flags: an image may record one
+	// this oci-checkpoint does not list, and containerd's preflight
+	// looks for it among all of them.
+	allFlags map[string]bool
+	Kernel   string `json:"kernel"`
+	CRIU     string `json:"criu_version,omitempty"`
+	Driver   string `json:"nvidia_driver,omitempty"`
+	CUDA     string `json:"cuda_version,omitempty"`
+	GPUs     []GPU  `json:"gpus"`
 }
 
 // Proc is where /proc is read from; tests point it at a fake tree.
@@ -56,7 +60,7 @@ var Proc = "/proc"
 // are left empty, not errors.
 func Read() Host {
 	var h Host
-	h.CPUVendor, h.CPUModel, h.CPUFlags = cpu(filepath.Join(Proc, "cpuinfo"))
+	h.CPUVendor, h.CPUModel, h.CPUFlags, h.allFlags = cpu(filepath.Join(Proc, "cpuinfo"))
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {
 		h.Kernel = unix.ByteSliceToString(u.Release[:])
@@ -70,13 +74,13 @@ func Read() Host {
 	return h
 }
 
-func cpu(path string) (vendor, model string, flags []string) {
+func cpu(path string) (vendor, model string, flags []string, have map[string]bool) {
 	f, err := os.Open(path)
 	if err != nil {
-		return "", "", nil
+		return "", "", nil, nil
 	}
 	defer f.Close()
-	have := map[string]bool{}
+	have = map[string]bool{}
 	s := bufio.NewScanner(f)
 	s.Buffer(make([]byte, 64<<10), 1<<20)
 	for s.Scan() {
@@ -103,7 +107,7 @@ func cpu(path string) (vendor, model string, flags []string) {
 			flags = append(flags, fl)
 		}
 	}
-	return vendor, model, flags
+	return vendor, model, flags, have
 }
 
 var criuVersionRe = regexp.MustCompile(`Version:\s*([0-9][0-9.]*)`)

@@ -1,0 +1,104 @@
+package hostinfo
+
+import (
+	"encoding/json"
+	"os"
+	"slices"
+	"testing"
+)
+
+// rulesVector is testdata/restore-rules.json: the restore rules that
+// containerd's preflight applies too, from the same file.
+type rulesVector struct {
+	Host  vectorHost `json:"host"`
+	Cases []struct {
+		Name        string            `json:"name"`
+		Host        *vectorHost       `json:"host"`
+		Annotations map[string]string `json:"annotations"`
+		Refused     []string          `json:"refused"`
+	} `json:"cases"`
+}
+
+type vectorHost struct {
+	CPUVendor string   `json:"cpu_vendor"`
+	CPUFlags  []string `json:"cpu_flags"`
+	CRIU      string   `json:"criu"`
+	Driver    string   `json:"driver"`
+	GPUs      []string `json:"gpus"`
+}
+
+// over returns h with the fields o sets.
+func (h vectorHost) over(o *vectorHost) vectorHost {
+	if o == nil {
+		return h
+	}
+	if o.CPUVendor != "" {
+		h.CPUVendor = o.CPUVendor
+	}
+	if o.CPUFlags != nil {
+		h.CPUFlags = o.CPUFlags
+	}
+	if o.CRIU != "" {
+		h.CRIU = o.CRIU
+	}
+	if o.Driver != "" {
+		h.Driver = o.Driver
+	}
+	if o.GPUs != nil {
+		h.GPUs = o.GPUs
+	}
+	return h
+}
+
+func TestRestoreRulesVector(t *testing.T) {
+	b, err := os.ReadFile("testdata/restore-rules.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var v rulesVector
+	if err := json.Unmarshal(b, &v); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range v.Cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			vh := v.Host.over(tc.Host)
+			h := Host{CPUVendor: vh.CPUVendor, CPUFlags: vh.CPUFlags, CRIU: vh.CRIU, Driver: vh.Driver}
+			for _, m := range vh.GPUs {
+				h.GPUs = append(h.GPUs, GPU{Model: m})
+			}
+			problems, _ := Check(tc.Annotations, h)
+			var kinds []string
+			for _, p := range problems {
+				if !slices.Contains(kinds, p.What) {
+					kinds = append(kinds, p.What)
+				}
+			}
+			slices.Sort(kinds)
+			want := slices.Clone(tc.Refused)
+			slices.Sort(want)
+			if !slices.Equal(kinds, want) {
+				t.Errorf("refused %q, want %q (problems: %v)", kinds, want, problems)
+			}
+		})
+	}
+}
+
+// TestCheckLooksAtAllFlags: a flag recorded by another tool than this
+// oci-checkpoint (not in ISAFlags) is looked for among all of the host's,
+// as containerd's preflight does.
+func TestCheckLooksAtAllFlags(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(dir+"/cpuinfo", []byte("vendor_id\t: GenuineIntel\nmodel name\t: X\nflags\t\t: fpu avx2 rekindle_test_isa\n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	old := Proc
+	Proc = dir
+	t.Cleanup(func() { Proc = old })
+	here := Read()
+	if p, _ := Check(map[string]string{"org.rekindle.cpu.flags": "avx2,rekindle_test_isa"}, here); len(p) != 0 {
+		t.Errorf("refused a flag the host has: %v", p)
+	}
+	if p, _ := Check(map[string]string{"org.rekindle.cpu.flags": "avx2,rekindle_other_isa"}, here); len(p) != 1 {
+		t.Errorf("want the missing flag refused, got %v", p)
+	}
+}
