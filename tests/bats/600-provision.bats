@@ -406,8 +406,14 @@ cache_entry() {
 	local ns=$1 layer=$2 mib=$3 key
 	snap "$ns" info base >/dev/null 2>&1 || commit_with "$ns" base "" 1
 	commit_with "$ns" "checkpoint-cache/$layer/data" "" "$mib"
-	snap "$ns" view "checkpoint-cache/$layer/data-view" "checkpoint-cache/$layer/data" >/dev/null
-	snap "$ns" label "checkpoint-cache/$layer/data-view" "containerd.io/gc.root=$(date -u +%FT%TZ)" >/dev/null
+	# Until it is labelled, the view is garbage: containerd's collector may
+	# take it between the two calls (CI saw it), so make it again then.
+	local try
+	for try in 1 2 3; do
+		snap "$ns" view "checkpoint-cache/$layer/data-view" "checkpoint-cache/$layer/data" >/dev/null 2>&1 || true
+		snap "$ns" label "checkpoint-cache/$layer/data-view" "containerd.io/gc.root=$(date -u +%FT%TZ)" >/dev/null 2>&1 && break
+	done
+	snap "$ns" info "checkpoint-cache/$layer/data-view" >/dev/null || die "cannot make the view of cache entry $layer"
 	commit_with "$ns" "checkpoint-cache/$layer/rootfs/base" base 0
 	for key in data data-view rootfs/base; do
 		snap "$ns" label "checkpoint-cache/$layer/$key" "containerd.io/checkpoint.cache.layer=$layer" >/dev/null
