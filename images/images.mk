@@ -66,11 +66,12 @@ $(HF_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-hf-engine $(GPU_ENGINE_FILES)
 	GPU_ENGINE_BACKEND=transformers GPU_ENGINE_IMAGE_REF=$(HF_ENGINE_IMAGE_REF) \
 		GPU_ENGINE_PARAMS_GB=$(GPU_ENGINE_PARAMS_GB) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
-$(VLLM_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-vllm-engine $(GPU_ENGINE_FILES) $(IMAGES_SRC)/vllm/serve.py
+$(VLLM_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-vllm-engine $(GPU_ENGINE_FILES) $(IMAGES_SRC)/vllm/serve.py \
+		$(IMAGES_SRC)/vllm/rekindle_vllm.py $(wildcard $(IMAGES_SRC)/vllm/rekindle_vllm-1.0.dist-info/*)
 	GPU_ENGINE_BACKEND=vllm GPU_ENGINE_IMAGE_REF=$(VLLM_ENGINE_IMAGE_REF) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
 test-images: ## unit tests of the CPU and GPU reference engines and the weight set client (plain python3; torch and CUDA tests skip without them)
 	cd $(IMAGES_SRC)/cpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
 	cd $(IMAGES_SRC)/gpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
 	cd $(IMAGES_SRC)/weights && python3 -B -m unittest test_rekindle_weights
-	cd $(IMAGES_SRC)/vllm && python3 -B -m unittest test_serve
+	cd $(IMAGES_SRC)/vllm && python3 -B -m unittest test_serve test_rekindle_vllm

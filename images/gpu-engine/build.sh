@@ -79,6 +79,9 @@ if [ "$backend" = vllm ]; then
 	# no flashinfer is assumed; vLLM's rendezvous on loopback; no usage
 	# reports; its compile cache in the container, as inductor's.
 	install -m 0755 "$here/../vllm/serve.py" "$root/engine/vllm_serve.py"
+	# The weight set loader, a vLLM plugin found by its entry point.
+	install -m 0644 "$here/../vllm/rekindle_vllm.py" "$root/engine/rekindle_vllm.py"
+	install -D -m 0644 -t "$root/engine/rekindle_vllm-1.0.dist-info" "$here/../vllm/rekindle_vllm-1.0.dist-info/"*
 	mkdir -p "$root/models/model"
 	profile=vllm port=8000
 	desc="vLLM's OpenAI API server on the model bound at /models/model; runs the host's Python, PyTorch and vLLM"

@@ -13,7 +13,8 @@ processes vLLM spawns (its EngineCore) import the same packages.
 Environment: MODEL_PATH (/models/model), ENGINE_HOST (0.0.0.0),
 ENGINE_PORT (8000), ENGINE_VLLM_ARGS (more flags, split on spaces),
 ENGINE_VLLM_SLEEP_MODE (1; 0 leaves --enable-sleep-mode out, to test the
-checkpoint's refusal). With tensor or pipeline parallel > 1 it sets what a
+checkpoint's refusal), ENGINE_WEIGHT_SET (/rekindle/weights/NAME: weights
+from that weight set, through the rekindle_vllm plugin beside this file). With tensor or pipeline parallel > 1 it sets what a
 multi-GPU checkpoint needs (multi_gpu below, docs/multi-gpu.md).
 
 `serve.py phases LOG` reads a vLLM server's log and prints its cold-start
@@ -27,9 +28,14 @@ import site
 import sys
 
 
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
 def add_sites():
     before = list(sys.path)
-    sites = [d for d in os.environ.get("ENGINE_SITE", "").split(":") if d]
+    # HERE holds the rekindle_vllm plugin and its dist-info, which vLLM
+    # finds by entry point in each of its processes.
+    sites = [d for d in os.environ.get("ENGINE_SITE", "").split(":") if d] + [HERE]
     for d in sites:
         site.addsitedir(d)
     sys.path[:] = [p for p in sys.path if p not in before] + before
@@ -96,6 +102,18 @@ def multi_gpu(args, env):
                   + ("; ".join(parts) or "the settings a multi-GPU checkpoint needs are given"))
 
 
+def weight_set(args, env):
+    """With ENGINE_WEIGHT_SET set, the flags that load the weights from that
+    set (rekindle_vllm.py), unless args choose a load format; and the line
+    to print."""
+    path = env.get("ENGINE_WEIGHT_SET", "")
+    if not path:
+        return args, None
+    if any(_flag(a) == "--load-format" for a in args):
+        return args, f"serve.py: ENGINE_WEIGHT_SET={path} but --load-format is given: the weight set is not used"
+    return args + ["--load-format", "rekindle"], f"serve.py: weights from the weight set {path} (--load-format rekindle)"
+
+
 def serve(args):
     add_sites()
     model = os.environ.get("MODEL_PATH", "/models/model")
@@ -104,8 +122,10 @@ def serve(args):
                  "(--volume HOST_DIR:/models/model:ro) or set MODEL_PATH")
     # Before vLLM is imported: it and NCCL read the environment.
     user, note = multi_gpu(os.environ.get("ENGINE_VLLM_ARGS", "").split() + list(args), os.environ)
-    if note:
-        print(note, file=sys.stderr, flush=True)
+    user, note2 = weight_set(user, os.environ)
+    for n in (note, note2):
+        if n:
+            print(n, file=sys.stderr, flush=True)
     try:
         import vllm  # noqa: F401
     except ImportError as e:

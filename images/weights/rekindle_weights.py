@@ -195,6 +195,7 @@ class WeightSet:
                     raise SetError(f"{full}: tensor {name} is also in {self.tensors[name].file}")
                 self.tensors[name] = info
         self._maps = {}      # full path -> mmap
+        self._fds = {}       # full path -> the mapped file, open
         self._bases = {}     # full path -> uint8 torch tensor over the mapping
         self.registered = False
         self.read_only_registration = None
@@ -226,9 +227,25 @@ class WeightSet:
                 if os.fstat(fd).st_size != self.manifest["files"][self.files.index(fn)]["size"]:
                     raise SetError(f"{full}: changed size since the set was opened: load the set again")
                 self._maps[full] = mmap.mmap(fd, 0, flags=mmap.MAP_SHARED, prot=mmap.PROT_READ)
-            finally:
-                os.close(fd)  # the mapping keeps the file
+            except BaseException:
+                os.close(fd)
+                raise
+            # Kept open beside the mapping: a restore reopens both from the
+            # path, so fstat tells which file is mapped now (current()).
+            self._fds[full] = fd
         return self
+
+    def current(self):
+        """Whether every mapped file is still the file at its path (not
+        evicted, reloaded or replaced since it was mapped or restored)."""
+        try:
+            for full, fd in self._fds.items():
+                a, b = os.fstat(fd), os.stat(full)
+                if (a.st_dev, a.st_ino, a.st_size) != (b.st_dev, b.st_ino, b.st_size):
+                    return False
+            return os.path.isfile(os.path.join(self.path, MANIFEST))
+        except OSError:
+            return False
 
     def buffer(self, name):
         """Read-only memoryview of one tensor's bytes (maps the set if needed)."""
@@ -358,6 +375,9 @@ class WeightSet:
             except BufferError:  # a tensor view still holds it: unmapped when freed
                 pass
         self._maps.clear()
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
 
 
 def open_set(path):

@@ -1,0 +1,119 @@
+"""Unit tests of rekindle_vllm's checks: a weight set against the model
+folder it must match, and the set's identity across a reload (plain
+python3; vLLM, torch and the copies are tested on a GPU host, 510-vllm.bats)."""
+import os
+import shutil
+import struct
+import sys
+import tempfile
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "weights"))
+import rekindle_vllm as rv  # noqa: E402
+import rekindle_weights as rw  # noqa: E402
+from test_rekindle_weights import bf16, manifest, st_file  # noqa: E402
+
+BIG = bf16([float(i % 251) for i in range(6000)])  # longer than two samples
+
+
+def tensors(**change):
+    """A model's tensors: [(name, dtype, shape, bytes)], with changes."""
+    t = {"model.embed_tokens.weight": ("BF16", (2, 3000), BIG),
+         "model.norm.weight": ("BF16", (3,), bf16([1, 1, 1])),
+         "lm_head.weight": ("BF16", (3000, 2), BIG)}
+    t.update(change)
+    return [(n, *v) for n, v in t.items() if v is not None]
+
+
+class Compare(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.model = os.path.join(self.tmp, "model")
+        self.set = os.path.join(self.tmp, "sets", "qwen")
+        os.makedirs(self.model)
+        os.makedirs(self.set)
+        st_file(os.path.join(self.model, "model.safetensors"), tensors())
+
+    def tearDown(self):
+        shutil.rmtree(self.tmp)
+
+    def make_set(self, ts):
+        st_file(os.path.join(self.set, "model.safetensors"), ts)
+        manifest(self.set, ["model.safetensors"])
+        return rw.open_set(self.set).map()
+
+    def refused(self, ts, *words):
+        ws = self.make_set(ts)
+        with self.assertRaises(rv.Mismatch) as e:
+            rv.compare(ws, self.model)
+        for w in ("weight set qwen", self.model) + words:
+            self.assertIn(w, str(e.exception))
+        ws.close()
+
+    def test_the_same_model_passes(self):
+        ws = self.make_set(tensors())
+        rv.compare(ws, self.model)
+        self.assertTrue(ws.current())
+        ws.close()
+
+    def test_another_shape_names_the_tensor(self):
+        self.refused(tensors(**{"lm_head.weight": ("BF16", (2, 3000), BIG)}),
+                     "tensor lm_head.weight is BF16[2, 3000] in the set, BF16[3000, 2] in the model's files")
+
+    def test_another_dtype_names_the_tensor(self):
+        self.refused(tensors(**{"model.norm.weight": ("F16", (3,), bf16([1, 1, 1]))}),
+                     "tensor model.norm.weight is F16[3]")
+
+    def test_a_missing_and_an_extra_tensor(self):
+        self.refused(tensors(**{"model.norm.weight": None}), "tensor model.norm.weight is missing from the set")
+        self.refused(tensors(**{"extra.bias": ("BF16", (1,), bf16([0]))}), "tensor extra.bias is in the set")
+
+    def test_other_bytes_of_the_same_shape(self):
+        # The last element differs: the sample at the tensor's end sees it.
+        other = BIG[:-2] + bf16([7])
+        self.refused(tensors(**{"lm_head.weight": ("BF16", (3000, 2), other)}),
+                     "tensor lm_head.weight holds other bytes", "at byte 7904")
+
+    def test_a_truncated_set_file_is_refused_when_opened(self):
+        self.make_set(tensors()).close()
+        path = os.path.join(self.set, "model.safetensors")
+        os.truncate(path, os.path.getsize(path) - 10)
+        with self.assertRaises(rw.SetError) as e:
+            rw.open_set(self.set)
+        self.assertIn("truncated", str(e.exception))
+
+    def test_no_set_falls_back(self):
+        ws, why = rv.attach(os.path.join(self.tmp, "sets", "absent"), self.model)
+        self.assertIsNone(ws)
+        self.assertTrue(why)
+
+    def test_a_set_loaded_again_is_not_current(self):
+        ws = self.make_set(tensors())
+        self.assertTrue(ws.current())
+        # The service writes a new file and renames it over the old one.
+        path = os.path.join(self.set, "model.safetensors")
+        shutil.copy(path, path + ".new")
+        os.rename(path + ".new", path)
+        self.assertFalse(ws.current())
+        ws.close()
+
+    def test_an_evicted_set_is_not_current(self):
+        ws = self.make_set(tensors())
+        os.unlink(os.path.join(self.set, rw.MANIFEST))
+        self.assertFalse(ws.current())
+        ws.close()
+
+    def test_the_index_names_the_files(self):
+        os.rename(os.path.join(self.model, "model.safetensors"), os.path.join(self.model, "a.safetensors"))
+        st_file(os.path.join(self.model, "unused.safetensors"), [("x", "U8", (1,), b"\0")])
+        with open(os.path.join(self.model, "model.safetensors.index.json"), "w") as f:
+            f.write('{"weight_map": {"lm_head.weight": "a.safetensors", "model.norm.weight": "a.safetensors",'
+                    ' "model.embed_tokens.weight": "a.safetensors"}}')
+        self.assertEqual(rv.model_files(self.model), [os.path.join(self.model, "a.safetensors")])
+        ws = self.make_set(tensors())
+        rv.compare(ws, self.model)
+        ws.close()
+
+
+if __name__ == "__main__":
+    unittest.main()
