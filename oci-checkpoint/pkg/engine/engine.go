@@ -228,7 +228,11 @@ func (c *Client) send(ctx context.Context, call Call) (*http.Response, error) {
 
 // Retry runs call until it succeeds or ctx ends, backing off from 50 ms to
 // 2 s. An HTTP answer of 404 or 405 is final: retrying will not add the
-// endpoint. It returns the attempts made.
+// endpoint. So is another 4xx but 408 and 429, and a 500 given
+// FinalAfter times: the engine ran the call and it failed (a weight set
+// that does not match the model fails every reload the same way), where a
+// 502-504 or no answer at all is an engine not up yet. It returns the
+// attempts made.
 func (c *Client) Retry(ctx context.Context, call Call) (int, error) {
 	wait := 50 * time.Millisecond
 	for n := 1; ; n++ {
@@ -237,7 +241,7 @@ func (c *Client) Retry(ctx context.Context, call Call) (int, error) {
 			return n, nil
 		}
 		var se *StatusError
-		if errors.As(err, &se) && (se.Code == http.StatusNotFound || se.Code == http.StatusMethodNotAllowed) {
+		if errors.As(err, &se) && final(se.Code, n) {
 			return n, err
 		}
 		select {
@@ -249,4 +253,19 @@ func (c *Client) Retry(ctx context.Context, call Call) (int, error) {
 			wait = 2 * time.Second
 		}
 	}
+}
+
+// FinalAfter is how many 500 answers in a row end Retry.
+const FinalAfter = 3
+
+func final(code, attempts int) bool {
+	switch {
+	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests:
+		return false
+	case code >= 400 && code < 500:
+		return true
+	case code == http.StatusInternalServerError:
+		return attempts >= FinalAfter
+	}
+	return false
 }

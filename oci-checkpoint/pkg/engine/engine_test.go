@@ -176,6 +176,26 @@ func TestRetryUntilUp(t *testing.T) {
 	}
 }
 
+func TestRetryStopsWhenTheCallFails(t *testing.T) {
+	var calls atomic.Int32
+	code := http.StatusInternalServerError
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		http.Error(w, "weight set qwen does not match the model", code)
+	}))
+	defer srv.Close()
+	p, _ := Lookup("vllm", 1)
+	c := &Client{Base: srv.URL}
+	n, err := c.Retry(context.Background(), p.Resume[1])
+	if err == nil || n != FinalAfter || !strings.Contains(err.Error(), "answered 500: weight set qwen does not match") {
+		t.Errorf("Retry on 500: %d attempts, %v; want %d and the answer", n, err, FinalAfter)
+	}
+	code = http.StatusBadRequest
+	if n, err := c.Retry(context.Background(), p.Resume[1]); err == nil || n != 1 {
+		t.Errorf("Retry on 400: %d attempts, %v; want 1", n, err)
+	}
+}
+
 func TestExecCall(t *testing.T) {
 	c := &Client{}
 	if err := c.Do(context.Background(), Call{Method: "exec", Body: "exit 0"}); err != nil {
