@@ -52,6 +52,7 @@ PATCHES = {
     "c-rules": ("containerd-patches", "checkpointimage-apply-oci-checkpoint-check-s-rules"),
     "c-criu-cause": ("containerd-patches", "runc-shim-name-CRIU-s-errors"),
     "c-policy": ("containerd-patches", "checkpointimage-restore-only-the-checkpoint-images"),
+    "c-signature": ("containerd-patches", "checkpointimage-restore-only-signed-checkpoint-image"),
     "r-bind": ("runc-patches", "libct-criu-hand-CRIU-the-resolved-source-of-bind"),
     "r-lo": ("runc-patches", "libct-criu-bring-up-the-loopback"),
     "r-enosys": ("runc-patches", "libct-seccomp-patchbpf-emit-the-ENOSYS-stub"),
@@ -167,9 +168,11 @@ BOXES = [
       "scripts/build-erofs-utils.sh"]),
     ("restore on create",
      "containerd's Tasks.Create (nerdctl) or CRI's CreateContainer sees a checkpoint image: the host's "
-     "policy must allow it, the host must be able to restore it (else a cold start where the image asks "
-     "for one), then it restores instead of starting.",
-     [P("c-policy", "host's restore policy"), P("c-cold-host", "host check, cold start"),
+     "policy must allow its name (and its signature, where the host requires one), the host must be able "
+     "to restore it (else a cold start where the image asks for one), then it restores instead of "
+     "starting.",
+     [P("c-policy", "host's restore policy"), P("c-signature", "signed by a listed key"),
+      P("c-cold-host", "host check, cold start"),
       P("c-gpus", "as many GPUs of the model"), P("c-rules", "oci-checkpoint check's rules"),
       P("c-restore", "tasks: restore on create"), P("c-cri", "CRI restores, holding its entry")]),
     ("cache",
