@@ -12,7 +12,8 @@
 #
 # CONTAINERD_RESTORE_KEYS (a TOML list of PEM public key files) and
 # CONTAINERD_RESTORE_REQUIRE_SIGNATURE (true or false) set
-# checkpoint_restore_keys and checkpoint_restore_require_signature; unset,
+# checkpoint_restore_keys and checkpoint_restore_require_signature
+# (containerd-patches/checkpointimage-restore-only-signed-checkpoint-image); unset,
 # the default, they are left out: no signature is required.
 set -euo pipefail
 dir=$1 bin=$2

@@ -13,7 +13,8 @@
 # here are named elsewhere.example.com/..., made on this host all the same.
 #
 # The policy may also require a signature (checkpoint_restore_keys,
-# checkpoint_restore_require_signature): with containerd restarted so, an
+# checkpoint_restore_require_signature;
+# containerd-patches/checkpointimage-restore-only-signed-checkpoint-image): with containerd restarted so, an
 # image signed by oci-checkpoint with a listed key restores, and an
 # unsigned one, or one whose manifest annotation changed after signing, is
 # refused through nerdctl and CRI, naming the image and the option. The

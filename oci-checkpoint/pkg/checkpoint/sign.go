@@ -4,7 +4,7 @@ package checkpoint
 //
 // A host can require that the checkpoint images it restores are signed by
 // a key it trusts (containerd's checkpoint_restore_require_signature and
-// checkpoint_restore_keys, containerd-patches/checkpointimage-restore-only-the-checkpoint-images-t). The signature covers
+// checkpoint_restore_keys, containerd-patches/checkpointimage-restore-only-signed-checkpoint-image). The signature covers
 // everything a restore trusts in the manifest, and the manifest names the
 // rest by digest: the config's and every layer's descriptor (media type,
 // digest, size and the descriptor's annotations, such as the layer's

@@ -26,7 +26,7 @@ import (
 )
 
 // The test vector's key pair, as 'openssl genpkey -algorithm ed25519' and
-// 'openssl pkey -pubout' wrote it; containerd-patches/checkpointimage-restore-only-the-checkpoint-images-t's
+// 'openssl pkey -pubout' wrote it; containerd-patches/checkpointimage-restore-only-signed-checkpoint-image's
 // TestSignatureVector holds the same public key, manifest and signature.
 const (
 	vectorKey = `-----BEGIN PRIVATE KEY-----
