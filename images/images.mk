@@ -1,10 +1,15 @@
-# Image recipes: the offline Debian base image, the CPU and GPU reference
-# engines, the transformers engine (hf-engine) and the vLLM engine, written
-# as OCI image archives that `ctr images import` and `nerdctl load` read. Included by the top Makefile (run make from the repo root).
+# Image recipes: five OCI image archives in build/images/, which
+# `ctr images import` and `nerdctl load` read: the offline Debian base image
+# (base.tar), the CPU reference engine (cpu-engine.tar), the GPU reference
+# engine (gpu-engine.tar), the same engine on transformers (hf-engine.tar)
+# and on the host's vLLM (vllm-engine.tar). The SGLang and vLLM Dockerfiles
+# beside them are not built here. Included by the top Makefile (run make from
+# the repo root).
 #
-#   make images        build the archives (a second run rebuilds nothing)
-#   make test-images   unit tests of the CPU and GPU engines and of the weight set
-#                      client images/weights/ (plain python3, no containers)
+#   make images        build the five archives (a second run rebuilds nothing)
+#   make test-images   unit tests of the CPU and GPU engines, of the weight set
+#                      client images/weights/ and of vLLM's serve.py and plugin
+#                      (plain python3, no containers)
 
 IMAGES_SRC           := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 IMAGES_OUT           ?= $(or $(BUILDDIR),build)/images
@@ -33,7 +38,7 @@ UNIT_TESTS += test-images
 
 .PHONY: images test-images
 
-images: $(IMAGE_TARS) ## build the base, CPU and GPU engine (reference and transformers) image archives into build/images/
+images: $(IMAGE_TARS) ## build the five image archives (base, cpu-engine, gpu-engine, hf-engine, vllm-engine) into build/images/
 
 # A parameter file changes only when its values do, so a changed suite, name
 # or weights size rebuilds that image and nothing else.
@@ -70,7 +75,7 @@ $(VLLM_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-vllm-engine $(GPU_ENGINE_FILES) 
 		$(IMAGES_SRC)/vllm/rekindle_vllm.py $(wildcard $(IMAGES_SRC)/vllm/rekindle_vllm-1.0.dist-info/*)
 	GPU_ENGINE_BACKEND=vllm GPU_ENGINE_IMAGE_REF=$(VLLM_ENGINE_IMAGE_REF) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
-test-images: ## unit tests of the CPU and GPU reference engines and the weight set client (plain python3; torch and CUDA tests skip without them)
+test-images: ## unit tests of the CPU and GPU reference engines, the weight set client and vLLM's serve.py and plugin (plain python3; torch and CUDA tests skip without them)
 	cd $(IMAGES_SRC)/cpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
 	cd $(IMAGES_SRC)/gpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
 	cd $(IMAGES_SRC)/weights && python3 -B -m unittest test_rekindle_weights
