@@ -21,6 +21,8 @@ for t in containerd containerd-shim-runc-v2 ctr runc criu nerdctl nvidia-ctk \
 	cp "$b/bin/$t" "$stage/bin/"
 done
 cp "$b/bin/cni/"* "$stage/bin/cni/"
+# A registry on loopback, for 510-vllm.bats's fresh node (Debian's, from make deps).
+cp "$(command -v docker-registry)" "$stage/bin/" || die "docker-registry is missing: run 'make deps'"
 # bench-criu.sh's parts: stock CRIU beside ours, and its two C tools, static
 # (the GPU host may have no compiler).
 [ -x "$b/stock/bin/criu" ] || die "$b/stock/bin/criu is missing: run 'make $b/stock/bin/criu' first"

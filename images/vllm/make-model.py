@@ -1,12 +1,20 @@
 #!/usr/bin/env python3
-"""make-model.py DIR [--layers N]: write a Qwen2 model folder that vLLM
-serves, with seeded random weights and a byte-level BPE tokenizer trained
-here on the Python standard library's sources: no download, the same bytes
-on every run with the same libraries. For tests and benchmarks of a real
-architecture at a real size (default: 1.21 B parameters, 2.4 GB of bf16),
-where no real weights can be fetched. A user serves real weights instead.
+"""make-model.py DIR [--shape NAME] [--layers N ...]: write a model folder
+that vLLM serves, with seeded random weights and a byte-level BPE tokenizer
+trained here on the Python standard library's sources: no download, the
+same bytes on every run with the same libraries. For tests and benchmarks of
+a real architecture at a real size, where no real weights can be fetched. A
+user serves real weights instead.
 
-Needs torch, safetensors and tokenizers (transformers brings them). The
+Shapes (--shape; each number can be changed with its flag):
+  qwen2-1b   Qwen2, hidden 2048, 24 layers, 16/4 heads, vocab 16384: 1.15 B parameters, 2.3 GB (default)
+  qwen3-8b   Qwen3-8B's: hidden 4096, 36 layers, 32/8 heads, vocab 151936: 8.19 B, 16.4 GB
+  qwen3-14b  Qwen3-14B's: hidden 5120, 40 layers, 40/8 heads: 14.8 B, 29.5 GB
+  qwen3-32b  Qwen3-32B's: hidden 5120, 64 layers, 64/8 heads: 32.8 B, 65.5 GB
+
+Needs torch, safetensors and tokenizers (transformers brings them); a GPU
+makes the weights faster. Files of more than SHARD bytes are split as
+Hugging Face does (model-0000K-of-0000N.safetensors and an index). The
 folder is written under DIR.tmp and renamed, so a DIR that exists is whole.
 """
 import argparse
@@ -17,37 +25,48 @@ import shutil
 import sys
 import sysconfig
 
-VOCAB = 16384
+SHARD = 4 << 30
+SHAPES = {
+    "qwen2-1b": dict(arch="qwen2", hidden=2048, intermediate=5632, layers=24, heads=16, kv_heads=4, vocab=16384),
+    "qwen3-8b": dict(arch="qwen3", hidden=4096, intermediate=12288, layers=36, heads=32, kv_heads=8, vocab=151936),
+    "qwen3-14b": dict(arch="qwen3", hidden=5120, intermediate=17408, layers=40, heads=40, kv_heads=8, vocab=151936),
+    "qwen3-32b": dict(arch="qwen3", hidden=5120, intermediate=25600, layers=64, heads=64, kv_heads=8, vocab=151936),
+}
 
 
-def config(layers):
-    return {
-        "architectures": ["Qwen2ForCausalLM"], "model_type": "qwen2",
-        "hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": layers,
-        "num_attention_heads": 16, "num_key_value_heads": 4, "head_dim": 128,
-        "vocab_size": VOCAB, "max_position_embeddings": 4096, "rope_theta": 1000000.0,
+def config(s):
+    """The config.json of shape s (a SHAPES entry, maybe changed)."""
+    qwen3 = s["arch"] == "qwen3"
+    c = {
+        "architectures": ["Qwen3ForCausalLM" if qwen3 else "Qwen2ForCausalLM"], "model_type": s["arch"],
+        "hidden_size": s["hidden"], "intermediate_size": s["intermediate"], "num_hidden_layers": s["layers"],
+        "num_attention_heads": s["heads"], "num_key_value_heads": s["kv_heads"], "head_dim": 128,
+        "vocab_size": s["vocab"], "max_position_embeddings": 4096, "rope_theta": 1000000.0,
         "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False,
         "torch_dtype": "bfloat16", "bos_token_id": 0, "eos_token_id": 1,
-        "use_sliding_window": False, "sliding_window": None, "max_window_layers": layers,
+        "use_sliding_window": False, "sliding_window": None, "max_window_layers": s["layers"],
         "attention_dropout": 0.0, "initializer_range": 0.02,
     }
+    if qwen3:
+        c["attention_bias"] = False
+    return c
 
 
-def tokenizer(out):
+def tokenizer(out, vocab):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     special = ["<|endoftext|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=special, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=special, show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     files = sorted(glob.glob(os.path.join(sysconfig.get_path("stdlib"), "*.py")))
     tok.train(files, trainer)
-    # A small corpus may stop short of VOCAB: fill the rest, so every id the
-    # model can emit decodes.
+    # The corpus stops short of a large vocabulary (about 39k merges): fill
+    # the rest, so every id the model can emit decodes.
     n = tok.get_vocab_size()
-    if n < VOCAB:
-        tok.add_special_tokens([f"<|extra_{i}|>" for i in range(VOCAB - n)])
+    if n < vocab:
+        tok.add_special_tokens([f"<|extra_{i}|>" for i in range(vocab - n)])
     tok.save(os.path.join(out, "tokenizer.json"))
     with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": special[0],
@@ -55,46 +74,90 @@ def tokenizer(out):
     return tok.get_vocab_size()
 
 
+def tensors(cfg):
+    """(name, shape) of every tensor, in the order they are written."""
+    h, inter, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    hd, q, kv, V = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
+    qwen3 = cfg["model_type"] == "qwen3"
+    yield "model.embed_tokens.weight", (V, h)
+    for i in range(L):
+        p = f"model.layers.{i}."
+        yield p + "input_layernorm.weight", (h,)
+        yield p + "post_attention_layernorm.weight", (h,)
+        for name, rows in (("q", q * hd), ("k", kv * hd), ("v", kv * hd)):
+            yield p + f"self_attn.{name}_proj.weight", (rows, h)
+            if not qwen3:
+                yield p + f"self_attn.{name}_proj.bias", (rows,)
+        if qwen3:
+            yield p + "self_attn.q_norm.weight", (hd,)
+            yield p + "self_attn.k_norm.weight", (hd,)
+        yield p + "self_attn.o_proj.weight", (h, q * hd)
+        yield p + "mlp.gate_proj.weight", (inter, h)
+        yield p + "mlp.up_proj.weight", (inter, h)
+        yield p + "mlp.down_proj.weight", (h, inter)
+    yield "model.norm.weight", (h,)
+    yield "lm_head.weight", (V, h)
+
+
 def weights(cfg, out):
+    """Write the tensors in shards of at most SHARD bytes; returns the
+    parameter count."""
     import torch
     from safetensors.torch import save_file
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     g = torch.Generator(device=dev).manual_seed(20261124)
-    h, inter, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
-    hd, q, kv = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"]
 
-    def rand(*shape):
+    def make(name, shape):
+        if name.endswith("norm.weight"):
+            return torch.ones(shape, dtype=torch.bfloat16)
         return (torch.randn(*shape, generator=g, device=dev, dtype=torch.float32) * 0.02).to(torch.bfloat16).cpu()
-    t = {"model.embed_tokens.weight": rand(VOCAB, h), "model.norm.weight": torch.ones(h, dtype=torch.bfloat16),
-         "lm_head.weight": rand(VOCAB, h)}
-    for i in range(L):
-        p = f"model.layers.{i}."
-        t[p + "input_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
-        t[p + "post_attention_layernorm.weight"] = torch.ones(h, dtype=torch.bfloat16)
-        for name, rows in (("q", q * hd), ("k", kv * hd), ("v", kv * hd)):
-            t[p + f"self_attn.{name}_proj.weight"] = rand(rows, h)
-            t[p + f"self_attn.{name}_proj.bias"] = rand(rows)
-        t[p + "self_attn.o_proj.weight"] = rand(h, q * hd)
-        t[p + "mlp.gate_proj.weight"] = rand(inter, h)
-        t[p + "mlp.up_proj.weight"] = rand(inter, h)
-        t[p + "mlp.down_proj.weight"] = rand(h, inter)
-    save_file(t, os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
-    return sum(v.numel() for v in t.values())
+    shards, cur, size, params = [], {}, 0, 0
+    for name, shape in tensors(cfg):
+        t = make(name, shape)
+        if cur and size + t.numel() * 2 > SHARD:
+            shards.append(cur)
+            cur, size = {}, 0
+        cur[name] = t
+        size += t.numel() * 2
+        params += t.numel()
+    shards.append(cur)
+    if len(shards) == 1:
+        save_file(shards[0], os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+        return params
+    index = {"metadata": {"total_size": params * 2}, "weight_map": {}}
+    for k, shard in enumerate(shards, 1):
+        fn = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, os.path.join(out, fn), metadata={"format": "pt"})
+        index["weight_map"].update({name: fn for name in shard})
+        print(f"make-model.py: wrote {fn}", file=sys.stderr, flush=True)
+    with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
+        json.dump(index, f, indent=1)
+    return params
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n\n")[1])
     ap.add_argument("dir")
-    ap.add_argument("--layers", type=int, default=24, help="decoder layers (24: 1.21 B parameters)")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-1b")
+    for k in ("hidden", "intermediate", "layers", "heads", "kv_heads", "vocab"):
+        ap.add_argument("--" + k.replace("_", "-"), type=int, help=f"change the shape's {k.replace('_', ' ')}")
     a = ap.parse_args()
+    shape = dict(SHAPES[a.shape])
+    shape.update({k: v for k, v in vars(a).items() if k in shape and v is not None})
+    if shape["vocab"] < 2 + 256:
+        ap.error("--vocab must hold at least the 256 bytes and 2 special tokens")
+    if shape["heads"] % shape["kv_heads"]:
+        ap.error("--heads must be a multiple of --kv-heads")
     if os.path.exists(os.path.join(a.dir, "config.json")):
         print(f"make-model.py: {a.dir} holds a model already", file=sys.stderr)
         return
     tmp = a.dir.rstrip("/") + ".tmp"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
-    cfg = config(a.layers)
-    tokenizer(tmp)
+    cfg = config(shape)
+    tokenizer(tmp, shape["vocab"])
     params = weights(cfg, tmp)
     with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
@@ -103,7 +166,8 @@ def main():
     if os.path.isdir(a.dir):
         os.rmdir(a.dir)  # an empty folder left for us; a full one stops here
     os.rename(tmp, a.dir)
-    print(f"make-model.py: wrote {a.dir}: Qwen2, {a.layers} layers, {params / 1e9:.2f} B parameters", file=sys.stderr)
+    print(f"make-model.py: wrote {a.dir}: {cfg['architectures'][0]}, {shape['layers']} layers, hidden {shape['hidden']}, "
+          f"{params / 1e9:.2f} B parameters ({params * 2 / 1e9:.1f} GB)", file=sys.stderr)
 
 
 if __name__ == "__main__":

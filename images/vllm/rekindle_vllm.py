@@ -107,7 +107,12 @@ def attach(path, model_dir):
     except rw.Unavailable as e:
         return None, str(e)
     ws = _attached.get(fresh.path)
-    if ws is None or not ws.current():
+    if ws is not None and ws.current():
+        # The files mapped are the files at the path (maybe other files
+        # than at the checkpoint, of the same sizes): judge them by what
+        # they hold now.
+        ws.manifest, ws.tensors, ws.metadata = fresh.manifest, fresh.tensors, fresh.metadata
+    else:
         if ws is not None:
             log.warning("rekindle: weight set %s changed since it was mapped: mapping it again", ws.name)
             ws.close()
@@ -140,17 +145,15 @@ def register():
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
     class RekindleLoader(DefaultModelLoader):
+        # Not a generator: the set is checked when vLLM asks for the
+        # weights, before a reload starts taking the model apart.
         def get_all_weights(self, model_config, model):
             path = os.environ.get("ENGINE_WEIGHT_SET", "")
-            why = "ENGINE_WEIGHT_SET is not set" if not path else None
-            ws = None
-            if path:
-                ws, why = attach(path, model_config.model)
+            ws, why = attach(path, model_config.model) if path else (None, "ENGINE_WEIGHT_SET is not set")
             if ws is None:
                 log.warning("rekindle: weights from the model folder %s, not a weight set: %s",
                             model_config.model, why)
-                yield from super().get_all_weights(model_config, model)
-                return
-            yield from weights(ws)
+                return super().get_all_weights(model_config, model)
+            return weights(ws)
 
     register_model_loader(LOAD_FORMAT)(RekindleLoader)

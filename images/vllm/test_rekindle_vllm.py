@@ -87,6 +87,23 @@ class Compare(unittest.TestCase):
         self.assertIsNone(ws)
         self.assertTrue(why)
 
+    def test_a_set_mapped_before_a_restore_is_judged_by_its_files_now(self):
+        # A restore maps whatever files of the same sizes are at the path:
+        # here the header is rewritten in place, one shape swapped.
+        ws = self.make_set(tensors())
+        rv._attached[ws.path] = ws
+        path = os.path.join(self.set, "model.safetensors")
+        with open(path, "r+b") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            head = f.read(n).replace(b"[3000, 2]", b"[2, 3000]")
+            f.seek(8)
+            f.write(head)
+        with self.assertRaises(rv.Mismatch) as e:
+            rv.attach(self.set, self.model)
+        self.assertIn("tensor lm_head.weight is BF16[2, 3000] in the set", str(e.exception))
+        rv._attached.clear()
+        ws.close()
+
     def test_a_set_loaded_again_is_not_current(self):
         ws = self.make_set(tensors())
         self.assertTrue(ws.current())

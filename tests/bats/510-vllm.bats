@@ -14,8 +14,11 @@
 #
 #   REKINDLE_VLLM_SITE   host folder holding vLLM (pip install --target; default /var/tmp/vllm-site)
 #   REKINDLE_VLLM_MODEL  model folder (default /var/tmp/rekindle-vllm-model; made by
-#                        images/vllm/make-model.py when absent: Qwen2, 1.21 B parameters, random weights)
+#                        images/vllm/make-model.py when absent: Qwen2, 1.15 B parameters, random weights)
 #   REKINDLE_VLLM_ARGS   more vllm serve flags (default: --max-model-len 2048 --gpu-memory-utilization 0.4)
+#   REKINDLE_VLLM_BIG_SHAPE  the real-size model's shape (make-model.py --shape; default qwen3-8b, 16.4 GB)
+#   REKINDLE_VLLM_BIG_MODEL  its folder (default /var/tmp/rekindle-vllm-SHAPE; made when absent)
+#   REKINDLE_VLLM_BIG_ARGS   its vllm serve flags (default: --max-model-len 2048 --gpu-memory-utilization 0.5)
 #   REKINDLE_PYTHON      host interpreter with torch (default python3)
 
 load helpers
@@ -25,12 +28,18 @@ SITE=${REKINDLE_VLLM_SITE:-/var/tmp/vllm-site}
 MODEL=${REKINDLE_VLLM_MODEL:-/var/tmp/rekindle-vllm-model}
 VARGS=${REKINDLE_VLLM_ARGS:---max-model-len 2048 --gpu-memory-utilization 0.4}
 HOST_PY=${REKINDLE_PYTHON:-python3}
+BIG_SHAPE=${REKINDLE_VLLM_BIG_SHAPE:-qwen3-8b}
+BIG_MODEL=${REKINDLE_VLLM_BIG_MODEL:-/var/tmp/rekindle-vllm-$BIG_SHAPE}
+BIG_ARGS=${REKINDLE_VLLM_BIG_ARGS:---max-model-len 2048 --gpu-memory-utilization 0.5}
 PORT=8000
 ONE='{"model": "/models/model", "prompt": "Rekindle restores warm GPU engines in seconds.", "max_tokens": 32, "temperature": 0, "ignore_eos": true, "return_token_ids": true}'
 BATCH='{"model": "/models/model", "prompt": ["def main():", "import os, sys", "class Engine:", "    return self"], "max_tokens": 24, "temperature": 0, "ignore_eos": true, "return_token_ids": true}'
 
 teardown_file() {
 	[ ! -f "$BATS_FILE_TMPDIR/stack-up" ] || RK_DIR=$BATS_FILE_TMPDIR/rk stack_down
+	[ ! -d "$BATS_FILE_TMPDIR/fresh" ] || RK_DIR=$BATS_FILE_TMPDIR/fresh stack_down
+	registry_stop "$BATS_FILE_TMPDIR/registry"
+	[ ! -d "$BATS_FILE_TMPDIR/weights" ] || WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights weights_down
 }
 
 teardown() {
@@ -80,7 +89,8 @@ vllm_setup() {
 
 # run_vllm NAME IMAGE [FLAGS...]: nerdctl run -d on the GPUs in VLLM_GPUS
 # (default 0), own network namespace, the host's Python and vLLM and the
-# model bound in; RUN_STATUS is the exit status expected (default 0).
+# model ($VMODEL, default $MODEL) bound in; RUN_STATUS is the exit status
+# expected (default 0).
 run_vllm() {
 	local name=$1 image=$2
 	shift 2
@@ -88,7 +98,7 @@ run_vllm() {
 	local g devs=()
 	for g in ${VLLM_GPUS:-0}; do devs+=(--device "nvidia.com/gpu=$g"); done
 	run_nerdctl "${RUN_STATUS:-0}" run -d --name "$name" "${devs[@]}" --network none --shm-size 1g \
-		"${PYFLAGS[@]}" --volume="$MODEL:/models/model:ro" --env="ENGINE_VLLM_ARGS=$VARGS" "$@" "$image"
+		"${PYFLAGS[@]}" --volume="${VMODEL:-$MODEL}:/models/model:ro" --env="ENGINE_VLLM_ARGS=$VARGS" "$@" "$image"
 }
 
 # v NAME METHOD PATH [JSON]: one HTTP call to the server in container NAME,
@@ -133,12 +143,13 @@ secs_since() {
 	awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'
 }
 
-# restore NAME IMAGE: nerdctl run IMAGE, wait for the wake helper's record
-# and an awake server; prints the times.
+# restore NAME IMAGE [FLAGS...]: nerdctl run IMAGE, wait for the wake
+# helper's record and an awake server; prints the times.
 restore() {
 	local name=$1 image=$2 t st
+	shift 2
 	t=$EPOCHREALTIME
-	run_vllm "$name" "$image"
+	run_vllm "$name" "$image" "$@"
 	local run_s
 	run_s=$(secs_since "$t")
 	wait_for "the wake helper in $name to record its outcome" 300 \
@@ -317,4 +328,148 @@ same_as_before() {
 	is "$output" "~holds the state of 2 GPU.*given 1" "a restore onto one GPU is refused before CRIU, naming both counts"
 	run_ctr task ls
 	! grep -q RUNNING <<<"$output" || die "a task runs after a refused restore: $output"
+}
+
+# big_setup: the real-size model (made once), the weights service with it
+# loaded as the set "big", and a registry on loopback holding the vLLM
+# image, so that a checkpoint names a base that another node can pull.
+# Skips where the GPU or the disk is too small.
+big_setup() {
+	local mib free
+	mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | head -1)
+	[ "${mib:-0}" -ge 70000 ] || skip "the $BIG_SHAPE model wants a GPU of 80 GB or more, GPU 0 has ${mib:-no} MiB"
+	if [ ! -f "$BIG_MODEL/config.json" ]; then
+		free=$(df -BG --output=avail "$(dirname "$BIG_MODEL")" | tail -1 | tr -dc 0-9)
+		[ "$free" -ge 40 ] || skip "making the $BIG_SHAPE model wants 40 GB free in $(dirname "$BIG_MODEL"), $free GB are"
+		run_cmd "$HOST_PY" "$REKINDLE_ROOT/images/vllm/make-model.py" --shape "$BIG_SHAPE" "$BIG_MODEL"
+		say "${lines[-1]}"
+	fi
+	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
+	export REKINDLE_WEIGHTS_SOCKET=$WEIGHTS_DIR/weights.sock NERDCTL_TOML=$WEIGHTS_DIR/nerdctl.toml
+	if [ ! -f "$WEIGHTS_DIR/weights.pid" ]; then
+		weights_up
+		run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big "$BIG_MODEL"
+		say "weight set big: $("$BIN/rekindle-weights" status --json big | jq -c '{bytes, load_seconds: .manifest.load_seconds, gbps: .manifest.gbps}')"
+	fi
+	local reg=$BATS_FILE_TMPDIR/registry
+	if [ ! -f "$reg/port" ]; then
+		free_port >"$reg.port"
+		registry_start "$reg" "$(cat "$reg.port")"
+		mv "$reg.port" "$reg/port"
+	fi
+	export REG=127.0.0.1:$(cat "$reg/port")
+	BIG_BASE=$REG/rekindle/vllm-engine:latest
+	if [ ! -f "$reg/pushed" ]; then
+		run_nerdctl tag "$VLLM_IMAGE" "$BIG_BASE"
+		run_nerdctl push --insecure-registry "$BIG_BASE"
+		touch "$reg/pushed"
+	fi
+	VMODEL=$BIG_MODEL
+	SET_FLAGS=(--device rekindle.dev/weights=big --env=ENGINE_WEIGHT_SET=/rekindle/weights/big --env="ENGINE_VLLM_ARGS=$BIG_ARGS")
+}
+
+# set_rate NAME: the last weight set load vLLM logged in container NAME.
+set_rate() {
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$1" 2>&1 | grep -o 'rekindle: weights from weight set.*' | tail -1
+}
+
+# bats test_tags=gpu
+@test "vllm: a real-size model, weights from a weight set: cold start, checkpoint, first and cached restore, and a fresh node that pulls it; same tokens, nothing compiled again" {
+	skip_if_no_vllm
+	vllm_setup
+	big_setup
+	local image=$REG/rekindle/ckpt:vllm-big t cold_s
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	t=$EPOCHREALTIME
+	run_vllm vllm-big "$BIG_BASE" "${SET_FLAGS[@]}"
+	wait_for "vLLM ($BIG_SHAPE) to serve" 1200 v vllm-big GET /health
+	cold_s=$(secs_since "$t")
+	tokens vllm-big >"$BATS_FILE_TMPDIR/tokens" || die "no completions from the cold server"
+	inside vllm-big >"$BATS_FILE_TMPDIR/inside"
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs vllm-big >"$BATS_TEST_TMPDIR/big-cold.log" 2>&1
+	[ -n "$(set_rate vllm-big)" ] ||
+		die "the cold start did not load from the weight set: $(grep -m3 'rekindle' "$BATS_TEST_TMPDIR/big-cold.log")"
+	say "$BIG_SHAPE cold start: nerdctl run -> serving ${cold_s}s; $(set_rate vllm-big); vLLM's phases $("$HOST_PY" "$REKINDLE_ROOT/images/vllm/serve.py" phases "$BATS_TEST_TMPDIR/big-cold.log")"
+
+	t=$EPOCHREALTIME
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-big "$image"
+	say "$BIG_SHAPE $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
+	say "$BIG_SHAPE checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB (the set's $(du -sm "$BIG_MODEL" | cut -f1) MiB stay out of it)"
+	run_nerdctl rm -f vllm-big
+
+	# First: the checkpoint image out of the page cache (the set stays: it is tmpfs).
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	restore vllm-big1 "$image" "${SET_FLAGS[@]}"
+	same_as_before vllm-big1
+	say "vllm-big1 (first): $(set_rate vllm-big1)"
+	run_nerdctl rm -f vllm-big1
+	restore vllm-big2 "$image" "${SET_FLAGS[@]}"
+	same_as_before vllm-big2
+	say "vllm-big2 (cached): $(set_rate vllm-big2)"
+	run_nerdctl rm -f vllm-big2
+	echo "$image" >"$BATS_FILE_TMPDIR/big-image"
+
+	# A node that has nothing: a second containerd root pulls the checkpoint
+	# image from the registry, and its base while restoring.
+	run_nerdctl push --insecure-registry "$image"
+	local fresh=$BATS_FILE_TMPDIR/fresh pull_s
+	"$REKINDLE_ROOT/scripts/containerd-up.sh" "$fresh" 3>&-
+	t=$EPOCHREALTIME
+	RK_DIR=$fresh run_nerdctl pull --insecure-registry "$image"
+	pull_s=$(secs_since "$t")
+	RK_DIR=$fresh restore vllm-fresh "$image" "${SET_FLAGS[@]}"
+	RK_DIR=$fresh same_as_before vllm-fresh
+	RK_DIR=$fresh run_nerdctl image inspect "$BIG_BASE"
+	say "fresh node: pull ${pull_s}s, then the restore above; cold start was ${cold_s}s"
+	RK_DIR=$fresh run_nerdctl rm -f vllm-fresh
+}
+
+# bats test_tags=gpu
+@test "vllm: a weight set of another model fails the wake, naming the set and the tensor, and the engine stays asleep" {
+	skip_if_no_vllm
+	[ -f "$BATS_FILE_TMPDIR/big-image" ] || skip "needs the checkpoint image that the real-size test before it makes"
+	vllm_setup
+	big_setup
+	local image wrong=$BATS_FILE_TMPDIR/wrong tensor=model.layers.0.mlp.up_proj.weight
+	image=$(cat "$BATS_FILE_TMPDIR/big-image")
+	# The model's files, one tensor's shape swapped in its file's header:
+	# the same sizes, so CRIU maps them where the set's files were.
+	mkdir -p "$wrong"
+	cp -l "$BIG_MODEL"/*.safetensors "$wrong/" 2>/dev/null || cp "$BIG_MODEL"/*.safetensors "$wrong/"
+	"$HOST_PY" - "$wrong" "$tensor" <<-'EOF' || die "cannot make the other set"
+		import glob, json, os, shutil, struct, sys
+		for path in sorted(glob.glob(sys.argv[1] + "/*.safetensors")):
+		    with open(path, "rb") as f:
+		        n = struct.unpack("<Q", f.read(8))[0]
+		        head = f.read(n)
+		    ent = json.loads(head).get(sys.argv[2])
+		    if ent is None:
+		        continue
+		    a, b = ent["shape"]
+		    new = head.replace(json.dumps(ent["shape"]).encode(), json.dumps([b, a]).encode(), 1)
+		    shutil.copy(path, path + ".new")  # not through the link to the model's file
+		    with open(path + ".new", "r+b") as f:
+		        f.seek(8)
+		        f.write(new)
+		    os.rename(path + ".new", path)
+		    sys.exit(0)
+		sys.exit("no file holds " + sys.argv[2])
+	EOF
+	run_cmd "$BIN/rekindle-weights" evict big
+	run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big "$wrong"
+	run_vllm vllm-wrong "$image" "${SET_FLAGS[@]}"
+	wait_for "the wake helper in vllm-wrong to record its outcome" 300 \
+		sh -c "'$REKINDLE_ROOT/scripts/nerdctl.sh' '$RK_DIR' exec vllm-wrong cat /.rekindle/status | grep -q outcome"
+	local st
+	st=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec vllm-wrong cat /.rekindle/status)
+	say "vllm-wrong: $(jq -c '{outcome, error}' <<<"$st")"
+	is "$(jq -r .outcome <<<"$st")" failed "the wake fails"
+	is "$st" "~weight set big .*tensor $tensor is BF16" "the error names the set and the tensor"
+	is "$(v vllm-wrong GET /is_sleeping | jq -r .is_sleeping)" true "the engine stays asleep"
+	run_nerdctl rm -f vllm-wrong
+	run_cmd "$BIN/rekindle-weights" evict big
+	run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big "$BIG_MODEL"
+	rm -rf "$wrong"
 }

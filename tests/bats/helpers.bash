@@ -333,7 +333,8 @@ weights_up() {
 	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
 	export REKINDLE_WEIGHTS_SOCKET=$WEIGHTS_DIR/weights.sock
 	mkdir -p "$WEIGHTS_DIR/cdi"
-	printf 'cdi_spec_dirs = ["%s"]\n' "$WEIGHTS_DIR/cdi" >"$WEIGHTS_DIR/nerdctl.toml"
+	# The host's own specs too: a GPU (nvidia.com/gpu) beside a set.
+	printf 'cdi_spec_dirs = ["%s", "/etc/cdi", "/var/run/cdi"]\n' "$WEIGHTS_DIR/cdi" >"$WEIGHTS_DIR/nerdctl.toml"
 	export NERDCTL_TOML=$WEIGHTS_DIR/nerdctl.toml
 	setsid "$BIN/rekindle-weights" serve --root "$WEIGHTS_DIR/root" --state "$WEIGHTS_DIR/state/sets.json" \
 		--cdi-dir "$WEIGHTS_DIR/cdi" "$@" >>"$WEIGHTS_DIR/weights.log" 2>&1 </dev/null 3>&- &
