@@ -3,7 +3,8 @@
 # `oci-checkpoint create --engine sglang` and restored with a plain
 # `nerdctl run --device nvidia.com/gpu=N CHECKPOINT-IMAGE`: same process,
 # weights reloaded after the wake, identical greedy tokens. With two GPUs the
-# restore moves it from GPU 1 to GPU 0.
+# restore moves it from GPU 1 to GPU 0, and one replica per GPU is restored
+# from one checkpoint image at once (the host filled), timed against one.
 #
 # Runs on a GPU host (tests/gpu/run.sh: CDI spec, CRIU's CUDA plugin, io_uring
 # off); everywhere else every test skips and says why. The container runs the
@@ -18,6 +19,7 @@
 #   REKINDLE_GPU_WEIGHTS     host folder for the weights files (default /var/tmp/rekindle-weights),
 #                            kept between runs: a second run loads instead of generating
 #   REKINDLE_PYTHON          host interpreter with torch (default python3)
+#   REKINDLE_GPU_REPLICAS    replicas restored at once (default: one per GPU, at most 8)
 
 load helpers
 
@@ -42,6 +44,9 @@ teardown_file() {
 }
 
 teardown() {
+	# A checkpoint archive is the image's size: gone even when the run keeps
+	# its temporary files (tests/gpu/run.sh does).
+	rm -f "$BATS_TEST_TMPDIR/ckpt.tar"
 	[ -f "$BATS_FILE_TMPDIR/stack-up" ] || return 0
 	local c RK_DIR=${RK_DIR:-$BATS_FILE_TMPDIR/rk}
 	for c in $(cat "$BATS_TEST_TMPDIR/containers" 2>/dev/null); do
@@ -100,13 +105,14 @@ gpu_uuid() {
 
 # run_gpu_engine NAME GPU PORT IMAGE: nerdctl run -d on GPU (CDI), the host
 # Python and the weights folder bound in (and $ENGINE_FLAGS, e.g. a weight
-# set), listening on PORT. Host network:
-# GPU machines may lack the iptables that nerdctl's bridge network needs, and
-# the restored engine keeps listening on the port it was checkpointed with.
+# set), listening on PORT. Host network (ENGINE_NETWORK=none: a namespace
+# of its own, with only loopback): GPU machines may lack the iptables that
+# nerdctl's bridge network needs, and the restored engine keeps listening on
+# the port it was checkpointed with.
 run_gpu_engine() {
 	local name=$1 gpu=$2 port=$3 image=$4
 	echo "$name" >>"$BATS_TEST_TMPDIR/containers"
-	run_nerdctl run -d --name "$name" --device "nvidia.com/gpu=$gpu" --network host \
+	run_nerdctl run -d --name "$name" --device "nvidia.com/gpu=$gpu" --network "${ENGINE_NETWORK:-host}" \
 		"${PYFLAGS[@]}" --volume="$WEIGHTS:/weights" --env="ENGINE_PARAMS_GB=$GPU_GB" \
 		--env="ENGINE_PORT=$port" "${ENGINE_FLAGS[@]}" "$image"
 }
@@ -273,4 +279,200 @@ weight_set() {
 	is "$(jq -c .engine.compile_now "$s1")" "$(jq -c .engine.compile_at_ready "$s0")" \
 		"torch.compile's counters after the restore and two generations (nothing compiled again)"
 	is "$(jq -c .engine.graphs "$s1")" "$(jq -c .engine.graphs "$s0")" "the captured CUDA graphs survive the restore"
+}
+
+# ---- the host filled: one replica per GPU from one checkpoint image -----------
+
+# The replicas listen on the port they were checkpointed with, each in a
+# network namespace of its own with only loopback (--network none, as in
+# 510-vllm.bats): the test talks to each one inside its namespace.
+REPLICA_PORT=30000
+
+# ns_http PID METHOD PATH [JSON]: one HTTP call to the engine that listens in
+# the network namespace of PID.
+ns_http() {
+	local pid=$1 method=$2 path=$3 body=${4:-}
+	local args=(-fsS --max-time "${NS_HTTP_TIMEOUT:-60}" -X "$method")
+	[ -z "$body" ] || args+=(-H 'Content-Type: application/json' -d "$body")
+	nsenter -t "$pid" -n curl "${args[@]}" "http://127.0.0.1:$REPLICA_PORT$path"
+}
+
+ctr_pid() {
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$1"
+}
+
+secs_since() {
+	awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'
+}
+
+# fresh_image ARCHIVE IMAGE: IMAGE as its first restore finds it: removed
+# with its cache entries (oci-checkpoint rm returns once containerd's
+# collector has freed them), imported again from ARCHIVE without being
+# unpacked (nerdctl run unpacks it, as it does an image just made or
+# pulled), and the page cache dropped, so the checkpoint comes from disk.
+fresh_image() {
+	local archive=$1 image=$2
+	if "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" image inspect "$image" >/dev/null 2>&1; then
+		ocicp --address "$RK_DIR/containerd.sock" --namespace default rm "$image"
+	fi
+	run_ctr images import --no-unpack "$archive"
+	sync
+	echo 3 >/proc/sys/vm/drop_caches || die "cannot drop the page cache"
+}
+
+# replica NAME GPU IMAGE: one replica, run as a background job by
+# replicas_at_once: nerdctl run -d IMAGE on GPU, then GET /health from inside
+# its namespace every 50 ms until it answers 200 (the engine has resumed),
+# then the prompt, once. Writes $BATS_TEST_TMPDIR/NAME.json: the container's
+# ID, when `nerdctl run` returned, when the engine was healthy and when it
+# answered (epoch seconds), and its tokens; {"error": ...} when a step failed.
+replica() {
+	local name=$1 gpu=$2 image=$3 out=$BATS_TEST_TMPDIR/$1.json
+	local id pid t_run t_health answer deadline=$((SECONDS + 600))
+	if ! ENGINE_NETWORK=none run_gpu_engine "$name" "$gpu" "$REPLICA_PORT" "$image" 2>"$BATS_TEST_TMPDIR/$name.run"; then
+		replica_failed "$out" "nerdctl run failed: $(sed -n 's/^  //p' "$BATS_TEST_TMPDIR/$name.run" | tail -2)"
+		return 1
+	fi
+	t_run=$EPOCHREALTIME
+	id=$(tail -1 <<<"$output")
+	pid=$(ctr_pid "$name") || { replica_failed "$out" "no pid"; return 1; }
+	until NS_HTTP_TIMEOUT=2 ns_http "$pid" GET /health >/dev/null 2>&1; do
+		[ "$SECONDS" -lt "$deadline" ] || { replica_failed "$out" "not healthy within 600 s"; return 1; }
+		sleep 0.05
+	done
+	t_health=$EPOCHREALTIME
+	answer=$(ns_http "$pid" POST /generate "$PROMPT") || { replica_failed "$out" "no answer to the prompt"; return 1; }
+	jq -cn --arg id "$id" --argjson gpu "$gpu" --argjson t_run "$t_run" --argjson t_health "$t_health" \
+		--argjson t_answer "$EPOCHREALTIME" --argjson answer "$answer" \
+		'{id: $id, gpu: $gpu, t_run: $t_run, t_health: $t_health, t_answer: $t_answer, output_ids: $answer.output_ids}' >"$out"
+}
+
+replica_failed() {
+	jq -cn --arg e "$2" '{error: $e}' >"$1"
+}
+
+# replicas_at_once WHAT IMAGE GPU...: one replica of IMAGE on each GPU, all
+# their `nerdctl run`s started at once; waits until every one has answered
+# and says the time from the start to the last answer (also left in ALL_S)
+# and each replica's own, with containerd's restore phases and the wake
+# helper's resume. The containers (gpu-rep-WHAT-COUNT-gGPU) are left in
+# REPLICAS, each one's record in $BATS_TEST_TMPDIR/NAME.json.
+replicas_at_once() {
+	local what=$1 image=$2 g t0 mark name i jobs=() failed='' parts=() f r st files
+	shift 2
+	REPLICAS=()
+	mark=$(($(wc -l <"$RK_DIR/containerd.log") + 1))
+	t0=$EPOCHREALTIME
+	for g in "$@"; do
+		name=gpu-rep-$what-$#-g$g
+		REPLICAS+=("$name")
+		replica "$name" "$g" "$image" 3>&- &
+		jobs+=($!)
+	done
+	for i in "${!jobs[@]}"; do
+		wait "${jobs[$i]}" || failed+=" ${REPLICAS[$i]}: $(jq -r .error "$BATS_TEST_TMPDIR/${REPLICAS[$i]}.json" 2>/dev/null);"
+	done
+	[ -z "$failed" ] || die "replicas that did not answer:$failed"
+	for name in "${REPLICAS[@]}"; do
+		f=$BATS_TEST_TMPDIR/$name.json
+		r=$(python3 "$REKINDLE_ROOT/bench/bench-log.py" restore "$RK_DIR/containerd.log" "$(jq -r .id "$f")" "$mark") ||
+			die "cannot read containerd's log"
+		st=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$name" cat /.rekindle/status) || die "no /.rekindle/status in $name"
+		jq -c --argjson r "$r" --argjson st "$st" '. + {containerd: $r.containerd, cache: $r.cache, status: $st}' "$f" >"$f.tmp"
+		mv "$f.tmp" "$f"
+		parts+=("$(jq -r --argjson t0 "$t0" 'def s: if type == "number" then . * 100 | round / 100 else "?" end;
+			"GPU \(.gpu) \(.t_answer - $t0 | s)s (run \(.t_run - $t0 | s)s, setup \(.containerd."container-setup" | s)s, criu \(.containerd."criu-restore" | s)s, resume \(.status.resume_seconds | s)s)"' "$f")")
+	done
+	files=("${REPLICAS[@]/#/$BATS_TEST_TMPDIR/}")
+	ALL_S=$(awk -v a="$t0" -v b="$(jq -s 'map(.t_answer) | max' "${files[@]/%/.json}")" 'BEGIN { printf "%.2f", b - a }')
+	say "$what restore, $# at once: all answered after ${ALL_S}s; cache: $(tail -n +"$mark" "$RK_DIR/containerd.log" | grep -c 'checkpoint cache miss: building') miss line(s); $(printf '%s; ' "${parts[@]}" | sed 's/; $//')"
+}
+
+# check_replicas: each replica in REPLICAS resumed (the wake helper's
+# status), answered the tokens the engine gave before its checkpoint, is
+# that engine's process with its weights, and runs on the GPU it was given
+# (moved there from the checkpoint's GPU 0, but for the one on GPU 0).
+check_replicas() {
+	local name f pid state uuids=()
+	for name in "${REPLICAS[@]}"; do
+		f=$BATS_TEST_TMPDIR/$name.json
+		is "$(jq -r .status.outcome "$f")" "resumed" "$name: wake outcome (/.rekindle/status: $(jq -c .status "$f"))"
+		is "$(jq -c .output_ids "$f")" "$(cat "$BATS_TEST_TMPDIR/before")" "$name: greedy tokens, the same as before the checkpoint"
+		pid=$(ctr_pid "$name") || die "no pid for $name"
+		state=$(ns_http "$pid" GET /state) || die "no /state from $name"
+		is "$(jq -r .start_time <<<"$state")" "$(jq -r .start_time "$BATS_TEST_TMPDIR/state0.json")" "$name: the same engine process, restored, not restarted"
+		is "$(jq -r .loaded_checksum <<<"$state")" "$(jq -r .weights_checksum "$BATS_TEST_TMPDIR/state0.json")" "$name: weights reloaded intact"
+		is "$(jq -r .gpu_uuid <<<"$state")" "$(gpu_uuid "$(jq -r .gpu "$f")")" "$name: the engine runs on the GPU the container was given"
+		uuids+=("$(jq -r .gpu_uuid <<<"$state")")
+	done
+	is "$(printf '%s\n' "${uuids[@]}" | sort -u | wc -l)" "${#REPLICAS[@]}" "each replica on a GPU of its own"
+}
+
+remove_replicas() {
+	local name
+	for name in "${REPLICAS[@]}"; do
+		run_nerdctl rm -f "$name"
+	done
+}
+
+# bats test_tags=gpu
+@test "gpu-engine: N replicas restored at once from one checkpoint image, one per GPU, each remapped" {
+	skip_if_fewer_gpus 2
+	skip_if_no_gpu_stack
+	command -v nsenter >/dev/null || skip "nsenter is not installed (util-linux): the replicas are reached inside their network namespaces"
+	gpu_setup
+	local ngpu n g gpus=() one
+	ngpu=$(nvidia-smi -L | wc -l)
+	n=${REKINDLE_GPU_REPLICAS:-$((ngpu < 8 ? ngpu : 8))}
+	if [ "$n" -lt 2 ] || [ "$n" -gt "$ngpu" ]; then die "REKINDLE_GPU_REPLICAS=$n: want 2 to $ngpu (this host's GPUs)"; fi
+	# GPUs 1 .. N-1, moved there from GPU 0, and GPU 0 itself; one replica
+	# alone goes to the last GPU, moved there as most of the N are.
+	for ((g = 1; g < n; g++)); do gpus+=("$g"); done
+	gpus+=(0)
+	one=$((n - 1))
+
+	# The engine on GPU 0, checkpointed into an archive: each first restore
+	# below is of the image imported from it anew.
+	local src=gpu-rep-src image=rekindle.local/ckpt:gpu-replicas archive=$BATS_TEST_TMPDIR/ckpt.tar pid t
+	ENGINE_NETWORK=none run_gpu_engine "$src" 0 "$REPLICA_PORT" "$GPU_IMAGE"
+	pid=$(ctr_pid "$src")
+	wait_for "the GPU engine in $src to be healthy" "${REKINDLE_GPU_COLD_TIMEOUT:-900}" ns_http "$pid" GET /health
+	ns_http "$pid" GET /state >"$BATS_TEST_TMPDIR/state0.json" || die "no /state from $src"
+	is "$(jq -r .gpu_uuid "$BATS_TEST_TMPDIR/state0.json")" "$(gpu_uuid 0)" "the engine runs on GPU 0"
+	ns_http "$pid" POST /generate "$PROMPT" | jq -c .output_ids >"$BATS_TEST_TMPDIR/before"
+	answered "before the checkpoint" "$(cat "$BATS_TEST_TMPDIR/before")"
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	t=$EPOCHREALTIME
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang --port "$REPLICA_PORT" \
+		--output "oci-archive:$archive" "$src" "$image"
+	say "$(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s), archive $(($(stat -c %s "$archive") >> 20)) MiB"
+	run_nerdctl rm -f "$src"
+
+	# One replica alone, then N at once, each first (cache and page cache
+	# cold) and cached.
+	local one_first one_cached all_first all_cached
+	fresh_image "$archive" "$image"
+	replicas_at_once first "$image" "$one"
+	one_first=$ALL_S
+	is "$(jq -r .cache "$BATS_TEST_TMPDIR/${REPLICAS[0]}.json")" "miss" "the first restore builds the checkpoint cache entry"
+	check_replicas
+	remove_replicas
+	replicas_at_once cached "$image" "$one"
+	one_cached=$ALL_S
+	check_replicas
+	remove_replicas
+
+	fresh_image "$archive" "$image"
+	replicas_at_once first "$image" "${gpus[@]}"
+	all_first=$ALL_S
+	is "$(jq -r .cache "$BATS_TEST_TMPDIR/${REPLICAS[0]}.json")" "miss" "the first restores build the checkpoint cache entry"
+	check_replicas
+	remove_replicas
+	replicas_at_once cached "$image" "${gpus[@]}"
+	all_cached=$ALL_S
+	check_replicas
+	remove_replicas
+	rm -f "$archive"
+
+	say "$n replicas at once against one, to the last first answer: first ${all_first}s vs ${one_first}s ($(awk -v a="$all_first" -v b="$one_first" 'BEGIN { printf "%.2f", a / b }')x), cached ${all_cached}s vs ${one_cached}s ($(awk -v a="$all_cached" -v b="$one_cached" 'BEGIN { printf "%.2f", a / b }')x); target <= 1.5x (timed by bench/gpu-bench.sh with GPU_BENCH_REPLICAS=$n)"
 }
