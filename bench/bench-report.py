@@ -17,6 +17,11 @@ Phases of a run, in seconds from the `nerdctl run` call (t0):
            and CRIU restore (its "restored from checkpoint image" line), start,
            network (-> the wake helper woke), wake + resume (/.rekindle/status
            woke_at -> done_at), first token (-> first /generate answer)
+
+With "replicas" in the result (BENCH_REPLICAS > 1): N replicas restored at
+once against one, first and cached, each replica's phases as a restore's
+(t0 is its batch's start), beside one replica's floors from the same run;
+in summary.replicas and a table of their own.
 """
 
 import argparse
@@ -244,7 +249,43 @@ def summarize(r):
         "checkpoint": {"phases": {k: stats(v) for k, v in ck.items()},
                        "size_bytes": stats([c.get("size") for c in r.get("checkpoints") or []])},
     }
+    if r.get("replicas"):
+        r["summary"]["replicas"] = summarize_replicas(r["replicas"], floors)
     return r
+
+
+REPLICA_PATHS = ("one-first", "all-first", "one-cached", "all-cached")
+
+
+def summarize_replicas(rp, floors):
+    """N at once against one: the ratios and whether they meet the target,
+    one replica's floors (from the rows), and each batch's phases: median
+    and max over its replicas, so that a phase that grows with N (what the
+    replicas share) shows."""
+    out = {k: rp.get(k) for k in ("n", "devices", "first_one_s", "cached_one_s", "first_all_s", "cached_all_s",
+                                  "ratio_first", "ratio_cached", "target_ratio", "error")}
+    goal = rp.get("target_ratio") or 1.5
+    for k in ("ratio_first", "ratio_cached"):
+        out[k.replace("ratio", "met")] = None if rp.get(k) is None else rp[k] <= goal
+    for k, fk in (("first", "floor_first_s"), ("cached", "floor_cached_s")):
+        fl = med(floors, fk, "median")
+        out[fk] = fl
+        all_s = rp.get(f"{k}_all_s")
+        out[f"{k}_all_vs_floor"] = all_s / fl if all_s and fl else None
+    phases = {}
+    for p in REPLICA_PATHS:
+        runs = [run for run in rp.get("runs") or [] if run.get("path") == p]
+        per = {}
+        for run in runs:
+            try:
+                ph, total = phases_of(run, "replica")
+            except (KeyError, TypeError, ValueError):
+                continue
+            for name, v in ph + [("to first answer", total)]:
+                per.setdefault(name, []).append(v)
+        phases[p] = {name: stats(v) for name, v in per.items()}
+    out["phases"] = phases
+    return out
 
 
 # ---- output ---------------------------------------------------------------------
@@ -328,7 +369,45 @@ def markdown(r):
         out += ["", "Checkpoint (`oci-checkpoint create`), median seconds: "
                 + ", ".join(f"{k} {v['median']:.2f}" for k, v in ck["phases"].items())
                 + (f"; image {ck['size_bytes']['median'] / 1e9:.2f} GB" if ck["size_bytes"] else "") + "."]
+    if s.get("replicas"):
+        out += replicas_markdown(s["replicas"])
     return "\n".join(out) + "\n"
+
+
+def replicas_markdown(rs):
+    n = rs.get("n")
+    if rs.get("error"):
+        return ["", f"Replicas: {n} at once were not measured: {rs['error']}"]
+    devs = "; ".join(",".join(d) for d in rs.get("devices") or []) or "no devices"
+    out = ["", f"The host filled: {n} replicas restored at once from one checkpoint image ({devs}), against one "
+           "(the last one's devices) in the same run; seconds from the first `nerdctl run` to the last replica's "
+           "first answer (median over rounds). A floor is one replica's, from the rows above:", "",
+           f"| restore | one replica | {n} at once | {n} at once / one | goal | met | one replica's floor | {n} at once / floor |",
+           "|---|---|---|---|---|---|---|---|"]
+    for k, label in (("first", "first (cache cold, page cache dropped)"), ("cached", "cached")):
+        met = {True: "yes", False: "**no**", None: "n/a"}[rs.get(f"met_{k}")]
+        out.append(f"| {label} | {fmt(rs.get(f'{k}_one_s'))} | **{fmt(rs.get(f'{k}_all_s'))}** | "
+                   f"{fmt(rs.get(f'ratio_{k}'), 'x')} | ≤ {rs.get('target_ratio') or 1.5:g}x | {met} | "
+                   f"{fmt(rs.get(f'floor_{k}_s'))} | {fmt(rs.get(f'{k}_all_vs_floor'), 'x')} |")
+    ph = rs.get("phases") or {}
+    names = []
+    for p in REPLICA_PATHS:
+        for k in ph.get(p) or {}:
+            if k not in names:
+                names.append(k)
+    if names:
+        out += ["", "Each replica's phases, seconds, median (max) over the replicas of a batch: a phase that grows "
+                "from one to N is where they share something (disk, page cache, CPU cores for CRIU's fill, the "
+                "driver for the CUDA restore):", "",
+                "| phase | one, first | " + f"{n}, first | one, cached | {n}, cached |", "|---|---|---|---|---|"]
+        for k in names:
+            row = [k]
+            for p in REPLICA_PATHS:
+                st = (ph.get(p) or {}).get(k)
+                row.append("—" if not st else (fmt(st["median"]) if st["n"] == 1 or p.startswith("one")
+                                               else f"{fmt(st['median'])} ({fmt(st['max'])})"))
+            out.append("| " + " | ".join(row) + " |")
+    return out
 
 
 COLORS = {

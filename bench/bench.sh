@@ -15,6 +15,20 @@
 #           bandwidth
 # then the checkpoint image is removed (its cache goes with it).
 #
+# With BENCH_REPLICAS=N (> 1), after the repetitions: the host filled. One
+# more engine is started and checkpointed into an archive, and its image is
+# restored, every container in a network namespace of its own (--network
+# none: each replica listens on the port the engine had) and polled inside it:
+#   one-first   one replica, the image imported anew from the archive (not
+#               unpacked, no cache entry) and the page cache dropped
+#   one-cached  one replica again
+#   all-first   N replicas, `nerdctl run` N times at once, the image imported
+#               anew and the page cache dropped again
+#   all-cached  N at once again
+# A batch's time runs from before its first `nerdctl run` to its last
+# replica's first answer; "replicas" in the result holds them, their ratios
+# (N at once / one) and every replica's phases.
+#
 # Phases come from containerd's log (containerd-patches/tasks-log-the-phase-times-of-each-restore-from-a-che: container-setup, criu-restore;
 # read by bench-log.py), from the wake helper's /.rekindle/status (woke_at,
 # done_at) and from a poller (bench-poll.py) that asks /health every few ms
@@ -29,7 +43,13 @@
 #   BENCH_DROP_CACHES  1: drop the page cache before cold start and first restore (1)
 #   BENCH_DIR          the private containerd's folder (/tmp/rekindle-bench)
 #   BENCH_OUT          where results go (build/bench)
-#   BENCH_RUN_FLAGS    extra `nerdctl run` flags (gpu-bench.sh passes the GPU's here)
+#   BENCH_RUN_FLAGS    extra `nerdctl run` flags (gpu-bench.sh passes the host Python's here)
+#   BENCH_DEVICES      the rows' devices, CDI names, comma-separated (gpu-bench.sh: nvidia.com/gpu=0)
+#   BENCH_REPLICAS     N > 1: N replicas restored at once, after the repetitions (1: none)
+#   BENCH_REPLICA_DEVICES  each replica's devices instead of BENCH_DEVICES: N words, each
+#                      comma-separated CDI names (gpu-bench.sh: one GPU each, or one TP group
+#                      each); one replica alone gets the last word, the checkpoint the first
+#   BENCH_REPLICA_REPS rounds of the four replica batches (1)
 #   BENCH_PORT         GPU engine: the port it listens on (host network) (30000)
 #   BENCH_TASK_STATE_TIMEOUT  containerd's task state timeout for this run (default 120s, see below)
 #   BENCH_CHECKPOINT_FLAGS  extra `oci-checkpoint create` flags, shell-quoted
@@ -52,12 +72,23 @@ dir=$(realpath -m "${BENCH_DIR:-/tmp/rekindle-bench}")
 out=$(realpath -m "${BENCH_OUT:-$root/build/bench}")
 images=${BENCH_IMAGES:-$root/build/images}
 read -r -a extra_flags <<<"${BENCH_RUN_FLAGS:-}"
+dev_flags=()
+devs=${BENCH_DEVICES:-}
+for d in ${devs//,/ }; do dev_flags+=(--device "$d"); done
+replicas=${BENCH_REPLICAS:-1}
+rep_reps=${BENCH_REPLICA_REPS:-1}
+read -r -a rep_devices <<<"${BENCH_REPLICA_DEVICES:-}"
 case "$engine" in
 cpu) engine_image=rekindle.local/cpu-engine:latest tars="base cpu-engine" ;;
 gpu) engine_image=${BENCH_ENGINE_IMAGE:-rekindle.local/gpu-engine:latest} tars=${BENCH_ENGINE_TAR:-gpu-engine} ;;
 *) die "BENCH_ENGINE must be cpu or gpu, not $engine" ;;
 esac
 [[ $reps =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPS must be a positive integer"
+[[ $replicas =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPLICAS must be a positive integer"
+[[ $rep_reps =~ ^[1-9][0-9]*$ ]] || die "BENCH_REPLICA_REPS must be a positive integer"
+[ ${#rep_devices[@]} -eq 0 ] || [ ${#rep_devices[@]} -eq "$replicas" ] ||
+	die "BENCH_REPLICA_DEVICES gives ${#rep_devices[@]} replicas their devices, BENCH_REPLICAS is $replicas"
+[ "$replicas" -eq 1 ] || need_tool nsenter
 for t in oci-checkpoint rekindle-wake nerdctl containerd ctr; do
 	[ -x "$bin/$t" ] || die "$bin/$t is missing: run 'make build' first"
 done
@@ -181,7 +212,7 @@ measure() {
 	local poller=$!
 	t0=$EPOCHREALTIME
 	# shellcheck disable=SC2046
-	id=$(n run -d --name "$name" $(run_flags "$p") "${extra_flags[@]}" "$@" "$image") ||
+	id=$(n run -d --name "$name" $(run_flags "$p") "${extra_flags[@]}" "${dev_flags[@]}" "$@" "$image") ||
 		{ kill "$poller" 2>/dev/null; die "$path: nerdctl run $image failed"; }
 	t1=$EPOCHREALTIME
 	wait "$poller" || { n logs "$name" 2>&1 | tail -20 >&2; die "$path (rep $rep): $(cat "$dir/poll.json")"; }
@@ -292,20 +323,184 @@ for rep in $(seq "$reps"); do
 	n rmi -f "$image" >/dev/null
 done
 
+# ---- replicas: the host filled from one checkpoint image ----------------------
+
+rep_image=rekindle.local/bench-replicas:latest
+rep_archive=$dir/replicas.tar
+# Each replica listens where the engine did, in a namespace of its own.
+rep_port=$([ "$engine" = cpu ] && echo 30000 || echo "$gpu_port")
+
+# replica_flags I: rflags, the `nerdctl run` flags of replica I (1-based):
+# the rows' flags with its own devices instead of theirs.
+replica_flags() {
+	local d
+	rflags=(--network none "${extra_flags[@]}" "${env_flags[@]}")
+	[ ${#rep_devices[@]} -gt 0 ] || return 0
+	for d in ${rep_devices[$1 - 1]//,/ }; do rflags+=(--device "$d"); done
+}
+
+# poll_in NAME: bench-poll.py inside container NAME's network namespace.
+poll_in() {
+	local pid
+	pid=$(n inspect -f '{{.State.Pid}}' "$1") || { echo '{"error": "no pid"}'; return 1; }
+	nsenter -t "$pid" -n python3 "$root/bench/bench-poll.py" "$rep_port" "$prompt" "$timeout"
+}
+
+# replica PATH ROUND I: replica I of a batch, run as a background job:
+# nerdctl run -d, then poll_in; writes $dir/batch/I.json, bench-poll.py's
+# record or {"error": ...}.
+replica() {
+	local name=bench-$1-$2-$3 out=$dir/batch/$3.json id t1
+	replica_flags "$3"
+	if ! id=$(n run -d --name "$name" "${rflags[@]}" "$rep_image" 2>"$out.err"); then
+		jq -cn --arg e "nerdctl run failed: $(tail -2 "$out.err")" '{error: $e}' >"$out"
+		return 1
+	fi
+	t1=$EPOCHREALTIME
+	if ! poll_in "$name" >"$out.poll"; then
+		jq -cn --arg e "$(cat "$out.poll")" '{error: $e}' >"$out"
+		return 1
+	fi
+	jq -c --arg id "$id" --arg name "$name" --argjson t1 "$t1" --argjson i "$3" \
+		'{replica: $i, name: $name, container: $id, t_run_returned: $t1} + .' "$out.poll" >"$out"
+}
+
+# batch PATH ROUND COUNT: COUNT replicas started at once (one: the last
+# replica's devices; more: replicas 1 to COUNT), each checked as measure
+# checks a restore; appends each one's record to $dir/replicas.jsonl and the
+# batch's to $dir/replica-batches.jsonl, then removes them.
+batch() {
+	local path=$1 round=$2 count=$3 t0 k i jobs=() names=() cuda_mark mark f rec status restore said last
+	cuda_mark=$(($(cuda_lines) + 1))
+	mark=$(($(wc -l <"$dir/containerd.log") + 1))
+	rm -rf "$dir/batch" && mkdir "$dir/batch"
+	t0=$EPOCHREALTIME
+	for ((k = 1; k <= count; k++)); do
+		i=$k
+		[ "$count" -gt 1 ] || i=$replicas
+		replica "$path" "$round" "$i" &
+		jobs+=($!)
+		names+=("bench-$path-$round-$i")
+	done
+	for k in "${!jobs[@]}"; do
+		wait "${jobs[$k]}" || true
+	done
+	for k in "${!names[@]}"; do
+		f=$dir/batch/${names[$k]##*-}.json
+		rec=$(cat "$f" 2>/dev/null) || die "$path (round $round): ${names[$k]} left no record"
+		[ -z "$(jq -r '.error // empty' <<<"$rec")" ] || die "$path (round $round), ${names[$k]}: $(jq -r .error <<<"$rec")"
+		status=$(n exec "$(jq -r .name <<<"$rec")" cat /.rekindle/status) || die "$path: no /.rekindle/status in $(jq -r .name <<<"$rec")"
+		[ "$(jq -r .outcome <<<"$status")" = resumed ] || die "$path: resume failed: $(jq -r .error <<<"$status")"
+		restore=$(bench_log restore "$dir/containerd.log" "$(jq -r .container <<<"$rec")" "$mark") ||
+			die "$path: cannot read containerd's log"
+		said=$(jq -c '[.text, .output_ids]' <<<"$rec")
+		[ "$said" = "$rep_said" ] || die "$path (round $round) answered $said, the engine before the checkpoint $rep_said"
+		i=$(jq -r .replica <<<"$rec")
+		# Each replica's own cuda-checkpoint steps cannot be told apart in
+		# the shared log: the batch gets their sum.
+		jq -cn --arg path "$path" --argjson round "$round" --argjson t0 "$t0" --argjson rec "$rec" \
+			--argjson status "$status" --argjson restore "$restore" --arg devices "${rep_devices[$i - 1]:-}" \
+			'{path: $path, round: $round, devices: ($devices | split(",") | map(select(. != ""))), t0: $t0,
+			  restore_begun_at: $restore.restore_begun_at, cache: $restore.cache, containerd: $restore.containerd,
+			  cuda: {}, status: $status} + $rec' >>"$dir/replicas.jsonl"
+	done
+	last=$(jq -s 'map(.t_answer) | max' "$dir"/batch/*.json)
+	jq -cn --arg path "$path" --argjson round "$round" --argjson count "$count" --argjson t0 "$t0" \
+		--argjson last "$last" --argjson cuda "$(bench_log cuda "$cuda_log" "$cuda_mark")" \
+		'{path: $path, round: $round, count: $count, t0: $t0, t_last_answer: $last, seconds: ($last - $t0), cuda: $cuda}' \
+		>>"$dir/replica-batches.jsonl"
+	note "    $path: $count at once, the last answer after $(awk -v a="$t0" -v b="$last" 'BEGIN { printf "%.2f", b - a }')s (each: $(jq -rs --argjson t0 "$t0" 'sort_by(.replica) | map(.t_answer - $t0 | . * 100 | round / 100 | tostring + "s") | join(" ")' "$dir"/batch/*.json))"
+	for f in "${names[@]}"; do n rm -f "$f" >/dev/null; done
+}
+
+# fresh_image: the replicas' image as a first restore finds it: removed with
+# its cache entries (oci-checkpoint rm returns once containerd's collector
+# has freed them), imported anew without being unpacked (nerdctl run unpacks
+# it, as it does an image just made or pulled), and the page cache dropped.
+fresh_image() {
+	if n image inspect "$rep_image" >/dev/null 2>&1; then
+		oci-checkpoint rm "$rep_image" >/dev/null || die "oci-checkpoint rm $rep_image failed"
+	fi
+	ctr images import --no-unpack "$rep_archive" >/dev/null || die "ctr images import $rep_archive failed"
+	drop_caches
+}
+
+# replica_phase: the four batches, BENCH_REPLICA_REPS times; prints the
+# result's "replicas" object. Run as a job of its own (where set -e still
+# holds, as it would not in an if): when it fails, the rows measured before
+# are still written.
+replica_phase() {
+	local round
+	drop_caches
+	replica_flags 1
+	n run -d --name bench-rep-cold "${rflags[@]}" "$engine_image" >/dev/null || die "nerdctl run $engine_image failed"
+	poll_in bench-rep-cold >"$dir/poll.json" ||
+		{ n logs bench-rep-cold 2>&1 | tail -20 >&2; die "replicas' engine: $(cat "$dir/poll.json")"; }
+	rep_said=$(jq -c '[.text, .output_ids]' "$dir/poll.json")
+	# shellcheck disable=SC2086 # flags may quote calls: --quiesce 'GET /health'
+	eval "ck_flags=(${BENCH_CHECKPOINT_FLAGS:-})"
+	oci-checkpoint create --json "${ck_flags[@]}" --output "oci-archive:$rep_archive" bench-rep-cold "$rep_image" \
+		>"$dir/replica-checkpoint.json" || die "oci-checkpoint create failed"
+	n rm -f bench-rep-cold >/dev/null
+	for round in $(seq "$rep_reps"); do
+		fresh_image
+		batch one-first "$round" 1
+		batch one-cached "$round" 1
+		fresh_image
+		batch all-first "$round" "$replicas"
+		batch all-cached "$round" "$replicas"
+	done
+	oci-checkpoint rm "$rep_image" >/dev/null
+	rm -f "$rep_archive"
+	jq -n --argjson n "$replicas" --argjson reps "$rep_reps" --arg devices "${BENCH_REPLICA_DEVICES:-}" \
+		--slurpfile runs "$dir/replicas.jsonl" --slurpfile batches "$dir/replica-batches.jsonl" \
+		--slurpfile ck "$dir/replica-checkpoint.json" '
+		def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
+			else (.[length / 2 - 1] + .[length / 2]) / 2 end;
+		def secs(p): [$batches[] | select(.path == p) | .seconds] | median;
+		def ratio(a; b): if a == null or b == null or b == 0 then null else a / b end;
+		secs("all-first") as $af | secs("all-cached") as $ac | secs("one-first") as $of | secs("one-cached") as $oc |
+		{n: $n, reps: $reps, devices: ($devices | split(" ") | map(select(. != "") | split(","))),
+		 first_all_s: $af, cached_all_s: $ac, first_one_s: $of, cached_one_s: $oc,
+		 ratio_first: ratio($af; $of), ratio_cached: ratio($ac; $oc), target_ratio: 1.5,
+		 checkpoint: ($ck[0] | {digest, size, phases}), batches: $batches, runs: $runs}'
+}
+
+: >"$dir/replicas.jsonl"
+: >"$dir/replica-batches.jsonl"
+replicas_json=null
+if [ "$replicas" -gt 1 ]; then
+	note "replicas: $replicas at once from one checkpoint image, against one"
+	replica_phase >"$dir/replicas.json" 2> >(tee "$dir/replicas.err" >&2) &
+	if wait $!; then
+		replicas_json=$(cat "$dir/replicas.json")
+		note "    $replicas at once / one: first $(jq -r '.ratio_first * 100 | round / 100' <<<"$replicas_json")x, cached $(jq -r '.ratio_cached * 100 | round / 100' <<<"$replicas_json")x (target <= 1.5x)"
+	else
+		note "warning: the replicas were not measured; the rows are kept"
+		sleep 0.2 # tee's last lines
+		replicas_json=$(jq -n --argjson n "$replicas" --arg e "$(grep 'error:' "$dir/replicas.err" | tail -1)" '{n: $n, error: $e}')
+		for c in $(n ps -a --format '{{.Names}}' | grep -E '^bench-(rep-cold|one-|all-)'); do
+			n rm -f "$c" >/dev/null 2>&1 || true
+		done
+	fi
+fi
+
 result=$out/$engine-$started.json
 jq -n --arg engine "$engine" --arg started "$started" --arg finished "$(date -u +%Y%m%dT%H%M%SZ)" \
 	--argjson host "$host" --arg image "$engine_image" \
 	--argjson reps "$reps" --argjson state_mb "$([ "$engine" = cpu ] && echo "$state_mb" || echo null)" \
 	--argjson drop "$([ "$drop" = 1 ] && echo true || echo false)" \
 	--arg cmd "${BENCH_COMMAND:-$(realpath --relative-to="$root" "$0") (BENCH_REPS=$reps)}" \
-	--arg flags "${BENCH_RUN_FLAGS:-}" --arg st "$state_timeout" \
+	--arg flags "${dev_flags[*]}${dev_flags[*]:+ }${BENCH_RUN_FLAGS:-}" --arg st "$state_timeout" \
+	--argjson replicas "$replicas_json" \
 	--slurpfile runs "$dir/runs.jsonl" --slurpfile checkpoints "$dir/checkpoints.jsonl" \
 	--slurpfile bandwidth "$dir/bandwidth.jsonl" \
 	'{schema: "rekindle-bench/1", engine: $engine, started: $started, finished: $finished, command: $cmd,
 	  host: $host,
 	  config: {reps: $reps, engine_image: $image, state_mb: $state_mb, drop_caches: $drop, run_flags: $flags,
 	          containerd_task_state_timeout: $st},
-	  runs: $runs, checkpoints: $checkpoints, bandwidth: $bandwidth}' >"$result"
+	  runs: $runs, checkpoints: $checkpoints, bandwidth: $bandwidth}
+	 + (if $replicas == null then {} else {replicas: $replicas} end)' >"$result"
 "$report_py" "$root/bench/bench-report.py" "$result" \
 	--png "${result%.json}.png" --markdown "${result%.json}.md" ||
 	note "warning: bench-report.py failed; the raw result is kept: make the report elsewhere with bench/bench-report.py $result"
