@@ -12,7 +12,12 @@
 # tests/gpu/run.sh to have run in this boot.
 #
 # Environment (besides bench.sh's BENCH_REPS, BENCH_DROP_CACHES, BENCH_OUT...):
-#   GPU_BENCH_GPU        GPU index for every container (0)
+#   GPU_BENCH_GPU        GPU index for every container of the rows (0; the first of GPU_BENCH_TP)
+#   GPU_BENCH_TP         vllm: tensor parallel size N (1): --tensor-parallel-size N and N GPUs
+#                        a container (serve.py sets what a checkpoint of that needs, docs/multi-gpu.md)
+#   GPU_BENCH_REPLICAS   N (1): after the rows, N replicas restored at once from one checkpoint image,
+#                        replica i on GPUs i*TP .. i*TP+TP-1, first and cached, against one (bench.sh:
+#                        BENCH_REPLICAS); "replicas" in the result. BENCH_REPS=1 saves time
 #   GPU_BENCH_CHECKPOINT_FLAGS  oci-checkpoint create flags instead of --engine sglang (see below)
 #   GPU_BENCH_WEIGHT_SET  1: weights from a rekindle-weights set (see below)
 #   GPU_BENCH_ENGINE     reference (images/gpu-engine) or transformers (the hf-engine image:
@@ -56,6 +61,21 @@ images=$root/build/images
 [ -f "$images/gpu-engine.tar" ] || die "gpu-engine.tar is in neither build/images nor $bin/../images"
 
 gpu=${GPU_BENCH_GPU:-0}
+tp=${GPU_BENCH_TP:-1}
+nrep=${GPU_BENCH_REPLICAS:-1}
+[[ $tp =~ ^[1-9][0-9]*$ ]] || die "GPU_BENCH_TP=$tp: want a positive integer"
+[[ $nrep =~ ^[1-9][0-9]*$ ]] || die "GPU_BENCH_REPLICAS=$nrep: want a positive integer"
+[ "$tp" -eq 1 ] || [ "${GPU_BENCH_ENGINE:-}" = vllm ] || die "GPU_BENCH_TP=$tp: tensor parallel is for GPU_BENCH_ENGINE=vllm"
+ngpu=$(nvidia-smi -L | wc -l)
+[ $((gpu + tp)) -le "$ngpu" ] || die "GPU_BENCH_GPU=$gpu GPU_BENCH_TP=$tp: GPUs $gpu..$((gpu + tp - 1)), this host has $ngpu"
+[ $((nrep * tp)) -le "$ngpu" ] || die "GPU_BENCH_REPLICAS=$nrep x GPU_BENCH_TP=$tp GPUs: this host has $ngpu"
+# devices A N: the CDI names of GPUs A .. A+N-1, comma-separated.
+devices() { seq -s, -f 'nvidia.com/gpu=%g' "$1" "$(($1 + $2 - 1))"; }
+export BENCH_DEVICES BENCH_REPLICAS=$nrep BENCH_REPLICA_DEVICES=
+BENCH_DEVICES=$(devices "$gpu" "$tp")
+if [ "$nrep" -gt 1 ]; then
+	for ((i = 0; i < nrep; i++)); do BENCH_REPLICA_DEVICES+="${BENCH_REPLICA_DEVICES:+ }$(devices $((i * tp)) "$tp")"; done
+fi
 case ${GPU_BENCH_ENGINE:-reference} in
 reference) gb=${GPU_BENCH_GB:-8} ;;
 transformers)
@@ -145,14 +165,21 @@ export BENCH_OUT=${BENCH_OUT:-${OUT:-$root/build/bench}}
 # --quiesce 'GET /health' --resume 'GET /health'" keeps the weights on the GPU:
 # a checkpoint of the model's size, for the image I/O numbers.
 export BENCH_CHECKPOINT_FLAGS="--port $port ${GPU_BENCH_CHECKPOINT_FLAGS:---engine sglang}"
-export BENCH_RUN_FLAGS="--device nvidia.com/gpu=$gpu ${pyflags[*]} --volume=$weights:/weights --env=ENGINE_PARAMS_GB=$gb --env=ENGINE_PORT=$port"
+export BENCH_RUN_FLAGS="${pyflags[*]} --volume=$weights:/weights --env=ENGINE_PARAMS_GB=$gb --env=ENGINE_PORT=$port"
 if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
 	BENCH_CHECKPOINT_FLAGS="--port $port ${GPU_BENCH_CHECKPOINT_FLAGS:---engine vllm}"
 	# The flags hold spaces, which BENCH_RUN_FLAGS cannot: an env file.
-	echo "ENGINE_VLLM_ARGS=${GPU_BENCH_VLLM_ARGS:---max-model-len 2048 --gpu-memory-utilization 0.4}" >"$work/vllm.env"
-	BENCH_RUN_FLAGS="--device nvidia.com/gpu=$gpu ${pyflags[*]} --volume=$vllm_model:/models/model:ro --env=ENGINE_PORT=$port --env-file=$work/vllm.env"
+	vargs=${GPU_BENCH_VLLM_ARGS:---max-model-len 2048 --gpu-memory-utilization 0.4}
+	[ "$tp" -eq 1 ] || vargs+=" --tensor-parallel-size $tp"
+	echo "ENGINE_VLLM_ARGS=$vargs" >"$work/vllm.env"
+	BENCH_RUN_FLAGS="${pyflags[*]} --volume=$vllm_model:/models/model:ro --env=ENGINE_PORT=$port --env-file=$work/vllm.env"
+	# NCCL keeps its files in /dev/shm (docs/multi-gpu.md).
+	[ "$tp" -eq 1 ] || BENCH_RUN_FLAGS+=" --shm-size 1g"
 fi
-export BENCH_COMMAND="bench/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_ENGINE=${GPU_BENCH_ENGINE:-reference} GPU_BENCH_GB=$gb${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1})"
+knobs=${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1}
+[ "$tp" -eq 1 ] || knobs+=" GPU_BENCH_TP=$tp"
+[ "$nrep" -eq 1 ] || knobs+=" GPU_BENCH_REPLICAS=$nrep"
+export BENCH_COMMAND="bench/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_ENGINE=${GPU_BENCH_ENGINE:-reference} GPU_BENCH_GB=$gb$knobs)"
 
 # GPU_BENCH_WEIGHT_SET=1: the engine takes its weights from a set that the
 # rekindle-weights service loads from the weights file (page cache dropped
