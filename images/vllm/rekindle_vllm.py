@@ -154,6 +154,8 @@ def register():
                 log.warning("rekindle: weights from the model folder %s, not a weight set: %s",
                             model_config.model, why)
                 return super().get_all_weights(model_config, model)
+            if self.counter_before_loading_weights == 0.0:
+                self.counter_before_loading_weights = time.perf_counter()  # vLLM's "Loading weights took"
             return weights(ws)
 
     register_model_loader(LOAD_FORMAT)(RekindleLoader)
