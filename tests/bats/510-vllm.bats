@@ -45,9 +45,13 @@ teardown_file() {
 teardown() {
 	[ -f "$BATS_FILE_TMPDIR/stack-up" ] || return 0
 	local c RK_DIR=$BATS_FILE_TMPDIR/rk
+	local d
 	for c in $(cat "$BATS_TEST_TMPDIR/containers" 2>/dev/null); do
-		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$c" >"$BATS_FILE_TMPDIR/$c.log" 2>&1 || true
-		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rm -f "$c" >/dev/null 2>&1 || true
+		for d in "$RK_DIR" "$BATS_FILE_TMPDIR/fresh"; do
+			[ -d "$d" ] || continue
+			"$REKINDLE_ROOT/scripts/nerdctl.sh" "$d" logs "$c" >>"$BATS_FILE_TMPDIR/$c.log" 2>&1 || true
+			"$REKINDLE_ROOT/scripts/nerdctl.sh" "$d" rm -f "$c" >/dev/null 2>&1 || true
+		done
 	done
 	for c in $(cat "$BATS_TEST_TMPDIR/images" 2>/dev/null); do
 		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rmi -f "$c" >/dev/null 2>&1 || true
@@ -434,8 +438,7 @@ set_rate() {
 	pull_s=$(secs_since "$t")
 	RK_DIR=$fresh restore vllm-fresh "$image" "${SET_FLAGS[@]}"
 	RK_DIR=$fresh same_as_before vllm-fresh
-	RK_DIR=$fresh run_nerdctl image inspect "$BIG_BASE"
-	say "fresh node: pull ${pull_s}s, then the restore above; cold start was ${cold_s}s"
+	say "fresh node: pull ${pull_s}s, then the restore above (the base pulled by containerd); cold start was ${cold_s}s"
 	RK_DIR=$fresh run_nerdctl rm -f vllm-fresh
 }
 
@@ -461,7 +464,16 @@ set_rate() {
 		    if ent is None:
 		        continue
 		    a, b = ent["shape"]
-		    new = head.replace(json.dumps(ent["shape"]).encode(), json.dumps([b, a]).encode(), 1)
+		    at = head.index(json.dumps(sys.argv[2]).encode())  # this tensor's entry, written compact or not
+		    new = head
+		    for sep in ((",", ":"), (", ", ": ")):
+		        old = json.dumps([a, b], separators=sep).encode()
+		        i = head.find(old, at)
+		        if i >= 0 and i < head.find(b"}", at):
+		            new = head[:i] + json.dumps([b, a], separators=sep).encode() + head[i + len(old):]
+		            break
+		    if new == head:
+		        sys.exit("cannot find the shape of " + sys.argv[2] + " in " + path)
 		    shutil.copy(path, path + ".new")  # not through the link to the model's file
 		    with open(path + ".new", "r+b") as f:
 		        f.seek(8)
