@@ -25,6 +25,11 @@
 #                        or vllm (the vllm-engine image: the host's vLLM on REKINDLE_VLLM_MODEL,
 #                        checkpointed with --engine vllm; vLLM from REKINDLE_VLLM_SITE)
 #   GPU_BENCH_VLLM_ARGS  vllm: more vllm serve flags (--max-model-len 2048 --gpu-memory-utilization 0.4)
+#   GPU_BENCH_VLLM_SHAPE vllm: the model's shape, images/vllm/make-model.py --shape (qwen2-1b; qwen3-8b is
+#                        16.4 GB), made in REKINDLE_VLLM_MODEL (/var/tmp/rekindle-vllm-model, or
+#                        /var/tmp/rekindle-vllm-SHAPE for another shape) when absent; with
+#                        GPU_BENCH_WEIGHT_SET=1 the set is loaded from that folder and vLLM reads it
+#                        through images/vllm/rekindle_vllm.py
 #   GPU_BENCH_GB         model size, ENGINE_PARAMS_GB (8: Qwen2.5-7B shapes, 12 layers; 1 for transformers)
 #   GPU_BENCH_PORT       engine port on the host network (30000)
 #   GPU_BENCH_H2D_MB     bytes copied per host-to-device measure (1024)
@@ -90,7 +95,8 @@ vllm)
 	;;
 *) die "GPU_BENCH_ENGINE=$GPU_BENCH_ENGINE: want reference, transformers or vllm" ;;
 esac
-vllm_site=${REKINDLE_VLLM_SITE:-/var/tmp/vllm-site} vllm_model=${REKINDLE_VLLM_MODEL:-/var/tmp/rekindle-vllm-model}
+vllm_site=${REKINDLE_VLLM_SITE:-/var/tmp/vllm-site} vllm_shape=${GPU_BENCH_VLLM_SHAPE:-qwen2-1b}
+vllm_model=${REKINDLE_VLLM_MODEL:-/var/tmp/rekindle-vllm-$([ "$vllm_shape" = qwen2-1b ] && echo model || echo "$vllm_shape")}
 port=${GPU_BENCH_PORT:-$([ "${GPU_BENCH_ENGINE:-}" = vllm ] && echo 8000 || echo 30000)}
 weights=${REKINDLE_GPU_WEIGHTS:-/var/tmp/rekindle-weights}
 py=$(command -v "${REKINDLE_PYTHON:-python3}") || die "no ${REKINDLE_PYTHON:-python3} on PATH"
@@ -106,7 +112,8 @@ if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
 	PYTHONPATH=$vllm_site "$py" -c 'import vllm' 2>/dev/null ||
 		die "no vLLM importable from $vllm_site: install vLLM 0.24.0 there (images/README.md, vLLM engine) or set REKINDLE_VLLM_SITE"
 	site=$vllm_site
-	[ -f "$vllm_model/config.json" ] || "$py" "$root/images/vllm/make-model.py" "$vllm_model" || die "images/vllm/make-model.py failed"
+	[ -f "$vllm_model/config.json" ] || "$py" "$root/images/vllm/make-model.py" --shape "$vllm_shape" "$vllm_model" ||
+		die "images/vllm/make-model.py failed"
 elif ! "$py" -c 'import torch_memory_saver' 2>/dev/null; then
 	wheels=${REKINDLE_WHEELS:-$root/.whl}
 	whl=$(ls "$wheels"/torch_memory_saver-*.whl 2>/dev/null | tail -1)
@@ -177,6 +184,7 @@ if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
 	[ "$tp" -eq 1 ] || BENCH_RUN_FLAGS+=" --shm-size 1g"
 fi
 knobs=${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1}
+[ "${GPU_BENCH_ENGINE:-}" != vllm ] || knobs+=" GPU_BENCH_VLLM_SHAPE=$vllm_shape"
 [ "$tp" -eq 1 ] || knobs+=" GPU_BENCH_TP=$tp"
 [ "$nrep" -eq 1 ] || knobs+=" GPU_BENCH_REPLICAS=$nrep"
 export BENCH_COMMAND="bench/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_ENGINE=${GPU_BENCH_ENGINE:-reference} GPU_BENCH_GB=$gb$knobs)"
@@ -189,15 +197,21 @@ if [ "${GPU_BENCH_WEIGHT_SET:-0}" = 1 ]; then
 	[ -x "$bin/rekindle-weights" ] || die "$bin/rekindle-weights is missing: run 'make build' (and rebuild the bundle)"
 	wroot=$work/weights-service wsock=$work/weights.sock
 	"$bin/rekindle-weights" --socket "$wsock" serve --root "$wroot" --state "$work/weights-state.json" --cdi-dir "" \
-		--quota "$((gb + 2))G" >"$work/weights-service.log" 2>&1 &
+		--quota "$([ "${GPU_BENCH_ENGINE:-}" = vllm ] && echo 0 || echo "$((gb + 2))G")" >"$work/weights-service.log" 2>&1 &
 	wpid=$!
 	trap 'kill $wpid 2>/dev/null; wait $wpid 2>/dev/null; umount "$wroot/sets" 2>/dev/null; rm -rf "$work"' EXIT
 	for _ in $(seq 100); do [ -S "$wsock" ] && break; sleep 0.1; done
-	setname=$(basename "$wfile" .safetensors)
+	# vLLM's set is its model folder's safetensors files (rekindle_vllm.py
+	# checks them against the folder); the reference engine's, its file.
+	if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
+		setname=vllm-$vllm_shape wsrc=$vllm_model
+	else
+		setname=$(basename "$wfile" .safetensors) wsrc=$wfile
+	fi
 	sync && echo 3 >/proc/sys/vm/drop_caches
 	t=$EPOCHREALTIME
-	"$bin/rekindle-weights" --socket "$wsock" load --quiet "$setname" "$wfile" || die "rekindle-weights load failed: $(tail -5 "$work/weights-service.log")"
-	note "weight set $setname loaded by rekindle-weights in $(awk -v a="$t" -v b="$EPOCHREALTIME" -v n="$(stat -c %s "$wfile")" 'BEGIN { printf "%.2fs (%.2f GB/s from a cold page cache)", b - a, n / (b - a) / 1e9 }')"
+	"$bin/rekindle-weights" --socket "$wsock" load --quiet "$setname" "$wsrc" || die "rekindle-weights load failed: $(tail -5 "$work/weights-service.log")"
+	note "weight set $setname loaded by rekindle-weights in $(awk -v a="$t" -v b="$EPOCHREALTIME" -v n="$(du -sb "$wsrc" | cut -f1)" 'BEGIN { printf "%.2fs (%.2f GB/s from a cold page cache)", b - a, n / (b - a) / 1e9 }')"
 	BENCH_RUN_FLAGS+=" --volume=$wroot/sets/$setname:/rekindle/weights/$setname:ro --env=ENGINE_WEIGHT_SET=/rekindle/weights/$setname"
 fi
 {
