@@ -112,5 +112,21 @@ class MultiGPU(unittest.TestCase):
             self.assertIn(f'{{"{k}", "{v}",', go)
 
 
+class WeightSet(unittest.TestCase):
+    def test_a_named_set_adds_the_load_format(self):
+        args, line = serve.weight_set(["--max-model-len", "2048"], {"ENGINE_WEIGHT_SET": "/rekindle/weights/q"})
+        self.assertEqual(args, ["--max-model-len", "2048", "--load-format", "rekindle"])
+        self.assertIn("/rekindle/weights/q", line)
+
+    def test_no_set_changes_nothing(self):
+        self.assertEqual(serve.weight_set(["-tp", "2"], {}), (["-tp", "2"], None))
+
+    def test_a_load_format_given_wins_and_is_named(self):
+        for flag in (["--load-format", "auto"], ["--load_format=auto"]):
+            args, line = serve.weight_set(flag, {"ENGINE_WEIGHT_SET": "/rekindle/weights/q"})
+            self.assertEqual(args, flag)
+            self.assertIn("the weight set is not used", line)
+
+
 if __name__ == "__main__":
     unittest.main()
