@@ -371,7 +371,28 @@ def markdown(r):
                 + (f"; image {ck['size_bytes']['median'] / 1e9:.2f} GB" if ck["size_bytes"] else "") + "."]
     if s.get("replicas"):
         out += replicas_markdown(s["replicas"])
+    if r.get("pull"):
+        out += pull_markdown(r["pull"])
     return "\n".join(out) + "\n"
+
+
+def pull_markdown(pl):
+    """BENCH_PULL=1: a second, empty containerd root pulls the checkpoint
+    image from a registry on loopback and restores it."""
+    if pl.get("error"):
+        return ["", f"A node that has nothing was not measured: {pl['error']}"]
+    ratio, goal = pl.get("ratio"), pl.get("target_ratio") or 0.2
+    met = "n/a" if ratio is None else ("yes" if ratio <= goal else "**no**")
+    c = pl.get("containerd") or {}
+    phases = ", ".join(f"{k} {v:.2f}s" for k, v in c.items() if isinstance(v, (int, float)))
+    return ["", "A node that has nothing: a second containerd root, empty, pulls the checkpoint image "
+            f"({fmt((pl.get('image_bytes') or 0) / 1e9, ' GB')}) from a registry on loopback, then restores it "
+            "(containerd pulls the base); the cold start is this phase's own, from the registry's engine image:", "",
+            "| cold start | pull | restore to first answer | pull + restore | / cold start | goal | met |",
+            "|---|---|---|---|---|---|---|",
+            f"| {fmt(pl.get('cold_s'))} | {fmt(pl.get('pull_s'))} ({fmt(pl.get('pull_gbps'), ' GB/s')}) | "
+            f"{fmt(pl.get('restore_s'))} | **{fmt(pl.get('total_s'))}** | {fmt(ratio, 'x')} | ≤ {goal:g}x | {met} |",
+            "", f"The restore's phases (containerd): {phases or 'n/a'}; wake {fmt(pl.get('resume_s'))}."]
 
 
 def replicas_markdown(rs):

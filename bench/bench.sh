@@ -50,6 +50,9 @@
 #                      comma-separated CDI names (gpu-bench.sh: one GPU each, or one TP group
 #                      each); one replica alone gets the last word, the checkpoint the first
 #   BENCH_REPLICA_REPS rounds of the four replica batches (1)
+#   BENCH_PULL         1: a node that has nothing, after the repetitions (bench-pull.sh): the
+#                      checkpoint image pushed to a registry on loopback, pulled by a second,
+#                      empty containerd root and restored there; "pull" in the result (0)
 #   BENCH_PORT         GPU engine: the port it listens on (host network) (30000)
 #   BENCH_TASK_STATE_TIMEOUT  containerd's task state timeout for this run (default 120s, see below)
 #   BENCH_CHECKPOINT_FLAGS  extra `oci-checkpoint create` flags, shell-quoted
@@ -485,6 +488,22 @@ if [ "$replicas" -gt 1 ]; then
 	fi
 fi
 
+pull_json=null
+if [ "${BENCH_PULL:-0}" = 1 ]; then
+	# shellcheck source=bench/bench-pull.sh
+	. "$root/bench/bench-pull.sh"
+	note "pull: a second containerd root pulls the checkpoint image from a registry on loopback and restores it"
+	pull_phase >"$dir/pull.json" 2> >(tee "$dir/pull.err" >&2) &
+	if wait $!; then
+		pull_json=$(cat "$dir/pull.json")
+		note "    $(jq -r '"pull \(.pull_s * 100 | round / 100)s + restore \(.restore_s * 100 | round / 100)s = \(.total_s * 100 | round / 100)s, \(.ratio * 100 | round / 100)x the cold start (\(.cold_s * 100 | round / 100)s; target <= 0.2x)"' <<<"$pull_json")"
+	else
+		note "warning: the pull was not measured; the rows are kept"
+		sleep 0.2 # tee's last lines
+		pull_json=$(jq -n --arg e "$(grep 'error:' "$dir/pull.err" | tail -1)" '{error: $e}')
+	fi
+fi
+
 result=$out/$engine-$started.json
 jq -n --arg engine "$engine" --arg started "$started" --arg finished "$(date -u +%Y%m%dT%H%M%SZ)" \
 	--argjson host "$host" --arg image "$engine_image" \
@@ -492,7 +511,7 @@ jq -n --arg engine "$engine" --arg started "$started" --arg finished "$(date -u 
 	--argjson drop "$([ "$drop" = 1 ] && echo true || echo false)" \
 	--arg cmd "${BENCH_COMMAND:-$(realpath --relative-to="$root" "$0") (BENCH_REPS=$reps)}" \
 	--arg flags "${dev_flags[*]}${dev_flags[*]:+ }${BENCH_RUN_FLAGS:-}" --arg st "$state_timeout" \
-	--argjson replicas "$replicas_json" \
+	--argjson replicas "$replicas_json" --argjson pull "$pull_json" \
 	--slurpfile runs "$dir/runs.jsonl" --slurpfile checkpoints "$dir/checkpoints.jsonl" \
 	--slurpfile bandwidth "$dir/bandwidth.jsonl" \
 	'{schema: "rekindle-bench/1", engine: $engine, started: $started, finished: $finished, command: $cmd,
@@ -500,7 +519,8 @@ jq -n --arg engine "$engine" --arg started "$started" --arg finished "$(date -u 
 	  config: {reps: $reps, engine_image: $image, state_mb: $state_mb, drop_caches: $drop, run_flags: $flags,
 	          containerd_task_state_timeout: $st},
 	  runs: $runs, checkpoints: $checkpoints, bandwidth: $bandwidth}
-	 + (if $replicas == null then {} else {replicas: $replicas} end)' >"$result"
+	 + (if $replicas == null then {} else {replicas: $replicas} end)
+	 + (if $pull == null then {} else {pull: $pull} end)' >"$result"
 "$report_py" "$root/bench/bench-report.py" "$result" \
 	--png "${result%.json}.png" --markdown "${result%.json}.md" ||
 	note "warning: bench-report.py failed; the raw result is kept: make the report elsewhere with bench/bench-report.py $result"
