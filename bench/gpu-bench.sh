@@ -11,7 +11,7 @@
 # output), it prepares the host that way itself; without one it expects
 # tests/gpu/run.sh to have run in this boot.
 #
-# Environment (besides bench.sh's BENCH_REPS, BENCH_DROP_CACHES, BENCH_OUT...):
+# Environment (besides bench.sh's BENCH_REPS, BENCH_DROP_CACHES, BENCH_OUT, BENCH_PULL...):
 #   GPU_BENCH_GPU        GPU index for every container of the rows (0; the first of GPU_BENCH_TP)
 #   GPU_BENCH_TP         vllm: tensor parallel size N (1): --tensor-parallel-size N and N GPUs
 #                        a container (serve.py sets what a checkpoint of that needs, docs/multi-gpu.md)
