@@ -5,11 +5,18 @@
 // checkpoint image from any other.
 package annotations
 
-import crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
+import (
+	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
+
+	"rekindle.local/oci-checkpoint/pkg/rules"
+)
 
 const (
-	Prefix     = "org.rekindle."
-	Format     = Prefix + "format"
+	Prefix = "org.rekindle."
+	// The keys of the host facts and the format, which the restore rules
+	// read, are defined with the rules (pkg/rules), which containerd's
+	// preflight applies from a copy of that package.
+	Format     = rules.AnnotationFormat
 	Engine     = Prefix + "engine"
 	EnginePort = Prefix + "engine.port"
 	// EngineVersion is the checkpointed engine's own, e.g. "vllm 0.24.0":
@@ -18,15 +25,15 @@ const (
 	Created       = Prefix + "checkpoint.created"
 	Phases        = Prefix + "checkpoint.phases"
 	SourceImage   = Prefix + "checkpoint.base-image"
-	CPUVendor     = Prefix + "cpu.vendor"
-	CPUModel      = Prefix + "cpu.model"
-	CPUFlags      = Prefix + "cpu.flags"
-	Kernel        = Prefix + "kernel"
-	CRIU          = Prefix + "criu.version"
-	Driver        = Prefix + "nvidia.driver"
+	CPUVendor     = rules.AnnotationCPUVendor
+	CPUModel      = rules.AnnotationCPUModel
+	CPUFlags      = rules.AnnotationCPUFlags
+	Kernel        = rules.AnnotationKernel
+	CRIU          = rules.AnnotationCRIU
+	Driver        = rules.AnnotationDriver
 	CUDA          = Prefix + "cuda.version"
-	GPUCount      = Prefix + "gpu.count"
-	GPUModel      = Prefix + "gpu.model"
+	GPUCount      = rules.AnnotationGPUCount
+	GPUModel      = rules.AnnotationGPUModel
 	GPUUUIDs      = Prefix + "gpu.uuids"
 
 	// Fallback says what a restorer does on a host that cannot restore
@@ -57,7 +64,7 @@ const (
 	SignatureKey = Prefix + "signature.key"
 
 	// FormatVersion changes when the image layout changes incompatibly.
-	FormatVersion = "1"
+	FormatVersion = rules.FormatVersion
 
 	// ImageLabel marks a checkpoint image in containerd's image store (a
 	// label on the image, not a manifest annotation).
