@@ -152,7 +152,7 @@ if __name__ == "__main__":
 
 
 class SharedVectors(unittest.TestCase):
-    """Test vectors that oci-checkpoint and a patch series each keep a copy of."""
+    """Test vectors and code that oci-checkpoint and a patch series each keep a copy of."""
 
     def patch_file(self, folder, path):
         """The text of the file PATH that a patch of FOLDER creates."""
@@ -170,3 +170,13 @@ class SharedVectors(unittest.TestCase):
         theirs = self.patch_file("containerd-patches", "internal/checkpointimage/testdata/restore-rules.json")
         self.assertEqual(ours, theirs, "oci-checkpoint/pkg/hostinfo/testdata/restore-rules.json differs from "
                          "the copy the containerd patch series adds: change both")
+
+    def test_restore_rules_code_is_the_same_on_both_sides(self):
+        """containerd's preflight applies oci-checkpoint's rules from a vendored copy."""
+        with open(os.path.join(datapath.ROOT, "oci-checkpoint/pkg/rules/rules.go")) as f:
+            ours = f.read()
+        theirs = self.patch_file("containerd-patches", "internal/checkpointimage/rules/rules.go")
+        self.assertEqual(ours, theirs, "oci-checkpoint/pkg/rules/rules.go differs from the copy "
+                         "containerd-patches/checkpointimage-apply-oci-checkpoint-check-s-rules-i adds "
+                         "(internal/checkpointimage/rules/rules.go): change the patch too "
+                         "(scripts/refresh-patches.sh containerd)")
