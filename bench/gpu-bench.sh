@@ -37,7 +37,7 @@
 #   REKINDLE_PYTHON      host interpreter with torch (python3)
 #   REKINDLE_WHEELS      folder with the torch_memory_saver wheel, when the host lacks it (.whl)
 #
-# Output: $OUT (when set, e.g. on a lent machine) or build/bench: gpu-TIMESTAMP.json,
+# Output: $OUT (when set, e.g. by a test farm that collects it) or build/bench: gpu-TIMESTAMP.json,
 # .md and latest-gpu.*; the chart needs matplotlib, which GPU hosts may lack:
 # make it elsewhere with bench/bench-report.py RESULT.json --png CHART.png.
 set -euo pipefail

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# provision.sh BUNDLE WHEELS_DIR: on a lent GPU machine, unpack the stack
+# provision.sh BUNDLE WHEELS_DIR: on a GPU host without build tools, unpack the stack
 # into /opt/rekindle (tests/gpu/prepare.sh), then run the playbook's roles
 # that need a GPU box for real: host, nvidia (driver check, persistence mode, CDI spec),
 # containerd and healthcheck (containerd answers, criu check, the CUDA

@@ -45,7 +45,7 @@ export REKINDLE_BATS_FLAGS="--no-tempdir-cleanup ${REKINDLE_BATS_FLAGS:-}"
 "$root/tests/run.sh"
 rc=$?
 # Every log the tests kept (containerd's, the containers'), in one archive:
-# what comes back from a lent machine is a few files.
+# what comes back from a GPU host without a shell (CI, a test farm) is a few files.
 find /tmp/rekindle-test "$criulogs" -name '*.log' -size -8M -print0 2>/dev/null |
 	tar --null -czf "$out/logs.tgz" -T - 2>/dev/null || true
 exit $rc
