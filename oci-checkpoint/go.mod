@@ -4,6 +4,7 @@ go 1.26.8
 
 require (
 	github.com/checkpoint-restore/checkpointctl v1.5.0
+	github.com/checkpoint-restore/go-criu/v8 v8.3.0
 	github.com/containerd/containerd/api v1.11.1
 	github.com/containerd/containerd/v2 v2.3.7
 	github.com/containerd/errdefs v1.0.0

@@ -207,6 +207,33 @@ no_erofs_mounts() {
 	[[ $output != *"rekindle/ckpt:inspect"* ]] || die "check pulled the image"
 }
 
+@test "memory names the process and the mapping that hold a checkpoint's pages; an image only in a registry is refused" {
+	local port image=rekindle.local/ckpt:memory reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:memory
+	port=$(free_port)
+	# The engine keeps ENGINE_STATE_MB of state in one anonymous mapping.
+	start_engine msrc "$port" -e ENGINE_STATE_MB=96
+	ocicp create msrc "$image"
+	run_nerdctl rm -f msrc
+	ocicp memory --json "$image"
+	local engine
+	engine=$(jq -c '.processes[0]' <<<"$output")
+	is "$(jq -r .pid <<<"$engine")" 1 "the engine (pid 1 in its container) holds the most pages"
+	jq -e '.bytes >= 96 * 1048576' <<<"$engine" >/dev/null || die "the engine's pages are under its 96 MiB of state: $engine"
+	jq -e '.mappings[0] | .resource == "" and .bytes >= 96 * 1048576 and .prot == "rw-"' <<<"$engine" >/dev/null ||
+		die "the biggest mapping is not the 96 MiB of anonymous state: $(jq -c '.mappings[0]' <<<"$engine")"
+	jq -e '.pages_files_bytes >= ([.processes[].bytes] | add)' <<<"$output" >/dev/null ||
+		die "the pages files hold less than the processes' pages: $output"
+	ocicp memory "$image"
+	[[ ${lines[0]} == "$image: "*" MiB of pages files; "* ]] || die "no summary line: ${lines[0]}"
+	[[ $output == *"pid 1 "*"anonymous"* ]] || die "the engine's anonymous mapping is not shown"
+
+	run_nerdctl tag "$image" "$reg"
+	run_nerdctl push --insecure-registry "$reg"
+	run_nerdctl rmi "$reg" "$image"
+	ocicp 1 memory "$reg"
+	is "$output" "~is not in containerd's image store: pull it first" "a registry image is refused with the fix"
+}
+
 @test "checkpointctl inspects the checkpoint archive" {
 	local image=rekindle.local/ckpt:interop layer
 	checkpointed csrc "$image"

@@ -413,6 +413,9 @@ set_rate() {
 	say "$BIG_SHAPE $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
 	say "$BIG_SHAPE checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB (the set's $(du -sm "$BIG_MODEL" | cut -f1) MiB stay out of it)"
+	# What holds the pages: each process and its biggest mappings.
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default memory --top 4 "$image"
+	say "$(sed 's/^/  /' <<<"$output")"
 	run_nerdctl rm -f vllm-big
 
 	# First: the checkpoint image out of the page cache (the set stays: it is tmpfs).

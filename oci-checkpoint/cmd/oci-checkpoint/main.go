@@ -27,7 +27,7 @@ func main() {
 			&cli.StringFlag{Name: "address", Aliases: []string{"a"}, Value: "/run/containerd/containerd.sock", EnvVars: []string{"CONTAINERD_ADDRESS"}, Usage: "containerd socket"},
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default", EnvVars: []string{"CONTAINERD_NAMESPACE"}, Usage: "containerd namespace"},
 		},
-		Commands: []*cli.Command{createCmd, signCmd, inspectCmd, checkCmd, lsCmd, rmCmd},
+		Commands: []*cli.Command{createCmd, signCmd, inspectCmd, checkCmd, memoryCmd, lsCmd, rmCmd},
 	}
 	cliapp.Run(app)
 }

@@ -1,0 +1,105 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+
+	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/pkg/archive/compression"
+	"github.com/urfave/cli/v2"
+
+	"rekindle.local/oci-checkpoint/internal/cliapp"
+	"rekindle.local/oci-checkpoint/pkg/checkpoint"
+	"rekindle.local/oci-checkpoint/pkg/memory"
+	"rekindle.local/oci-checkpoint/pkg/registry"
+)
+
+var memoryCmd = &cli.Command{
+	Name:      "memory",
+	Usage:     "show what a local checkpoint image's memory pages hold: each process's bytes and its biggest mappings",
+	ArgsUsage: "IMAGE",
+	Description: `Reads CRIU's images (pstree, mm, pagemap, files) from the checkpoint layer in containerd's
+content store, streaming past the pages; nothing is extracted to disk but those small files, in a
+temporary folder. Pull a registry image first (nerdctl pull IMAGE).`,
+	Flags: []cli.Flag{
+		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		&cli.IntFlag{Name: "top", Value: 8, Usage: "mappings shown per process"},
+	},
+	Action: func(cc *cli.Context) error {
+		if cc.NArg() != 1 {
+			return cli.Exit("usage: oci-checkpoint memory [--json] [--top N] IMAGE", 2)
+		}
+		c, ctx, cancel, err := connect(cc)
+		if err != nil {
+			return err
+		}
+		defer cancel()
+		defer c.Close()
+		name, m, local, err := checkpoint.Manifest(ctx, c, cc.Args().First(), registry.Options{})
+		if err != nil {
+			return err
+		}
+		if !local {
+			return cli.Exit(fmt.Sprintf("%s is not in containerd's image store: pull it first (nerdctl pull %s)", name, name), 1)
+		}
+		if len(m.Layers) == 0 {
+			return cli.Exit(fmt.Sprintf("%s has no layer", name), 1)
+		}
+		layer := m.Layers[len(m.Layers)-1]
+		ra, err := c.ContentStore().ReaderAt(ctx, layer)
+		if err != nil {
+			return fmt.Errorf("%s: layer %s: %w", name, layer.Digest, err)
+		}
+		defer ra.Close()
+		r, err := compression.DecompressStream(bufio.NewReaderSize(content.NewReader(ra), 1<<20))
+		if err != nil {
+			return fmt.Errorf("%s: layer %s: %w", name, layer.Digest, err)
+		}
+		defer r.Close()
+		dir, err := os.MkdirTemp("", "oci-checkpoint-memory-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		pages, err := memory.Extract(r, dir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		rep, err := memory.Read(dir)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		rep.PagesFiles = pages
+		if cc.Bool("json") {
+			return cliapp.PrintJSON(rep)
+		}
+		printMemory(name, rep, cc.Int("top"))
+		return nil
+	},
+}
+
+func mib(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
+
+func printMemory(name string, r *memory.Report, top int) {
+	var sum int64
+	for _, p := range r.Processes {
+		sum += p.Bytes
+	}
+	fmt.Printf("%s: %s of pages files; %s of them private pages of %d processes (the rest: shared memory)\n",
+		name, mib(r.PagesFiles), mib(sum), len(r.Processes))
+	for _, p := range r.Processes {
+		fmt.Printf("  pid %d %s: %s\n", p.PID, p.Comm, mib(p.Bytes))
+		for i, m := range p.Mappings {
+			if i == top {
+				fmt.Printf("    ... %d more mappings\n", len(p.Mappings)-top)
+				break
+			}
+			res := m.Resource
+			if res == "" {
+				res = "anonymous"
+			}
+			fmt.Printf("    %12s  %x-%x %s %s\n", mib(m.Bytes), m.Start, m.End, m.Prot, res)
+		}
+	}
+}

@@ -1,0 +1,91 @@
+package memory
+
+import (
+	"archive/tar"
+	"bytes"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+)
+
+type entry struct {
+	name string
+	kind byte
+	size int64
+}
+
+func layer(t *testing.T, es []entry) *bytes.Buffer {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	for _, e := range es {
+		h := &tar.Header{Name: e.name, Typeflag: e.kind, Mode: 0o644, Size: e.size}
+		if e.kind != tar.TypeReg {
+			h.Size, h.Linkname = 0, "/etc/passwd"
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if e.kind == tar.TypeReg {
+			tw.Write(bytes.Repeat([]byte{1}, int(e.size)))
+		}
+	}
+	tw.Close()
+	return &b
+}
+
+func TestExtractTakesCRIUImagesByBaseNameOnly(t *testing.T) {
+	dir := t.TempDir()
+	pages, err := Extract(layer(t, []entry{
+		{"checkpoint/pstree.img", tar.TypeReg, 10},
+		{"./checkpoint/mm-1.img", tar.TypeReg, 20},
+		{"checkpoint/pages-1.img", tar.TypeReg, 4096},
+		{"checkpoint/pages-2.img", tar.TypeReg, 8192},
+		{"checkpoint/../evil.img", tar.TypeReg, 5},    // outside checkpoint/
+		{"checkpoint/sub/core-1.img", tar.TypeReg, 5}, // not directly under it
+		{"checkpoint/files.img", tar.TypeSymlink, 0},  // not a regular file
+		{"checkpoint/spec.dump", tar.TypeReg, 5},      // not a CRIU image
+		{"rootfs-diff.tar", tar.TypeReg, 5},
+	}), dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pages != 4096+8192 {
+		t.Errorf("pages files: %d bytes, want %d", pages, 4096+8192)
+	}
+	var got []string
+	filepath.Walk(dir, func(p string, fi os.FileInfo, _ error) error {
+		if !fi.IsDir() {
+			rel, _ := filepath.Rel(dir, p)
+			got = append(got, rel)
+		}
+		return nil
+	})
+	sort.Strings(got)
+	if strings.Join(got, " ") != "mm-1.img pstree.img" {
+		t.Errorf("extracted %v, want mm-1.img and pstree.img", got)
+	}
+}
+
+func TestExtractRefusesAnOversizedImageAndADuplicate(t *testing.T) {
+	_, err := Extract(layer(t, []entry{{"checkpoint/mm-1.img", tar.TypeReg, maxImage + 1}}), t.TempDir())
+	if err == nil || !strings.Contains(err.Error(), "more than a CRIU image of its kind holds") {
+		t.Errorf("oversized image: %v", err)
+	}
+	_, err = Extract(layer(t, []entry{{"checkpoint/mm-1.img", tar.TypeReg, 1}, {"checkpoint/mm-1.img", tar.TypeReg, 1}}), t.TempDir())
+	if err == nil {
+		t.Error("a second copy of one image was accepted")
+	}
+}
+
+func TestOverlapCountsOnlyTheMapping(t *testing.T) {
+	spans := []span{{0x1000, 0x5000}, {0x8000, 0x9000}}
+	if got := overlap(spans, 0x3000, 0x8800); got != 0x2000+0x800 {
+		t.Errorf("overlap: %#x, want %#x", got, 0x2800)
+	}
+	if got := overlap(spans, 0x5000, 0x8000); got != 0 {
+		t.Errorf("a gap: %#x", got)
+	}
+}
