@@ -16,8 +16,8 @@ Before anything is copied, the set is compared with the model folder's
 safetensors headers (names, dtypes, shapes) and with a sample of each
 tensor's bytes: a set of another model fails the load, naming the set and
 the tensor, and a wake that fails leaves vLLM asleep. No set at the path
-(absent or not loaded): the weights come from the model folder, and the
-log says why.
+(absent or not loaded): the weights come from the model folder (read by
+vLLM's default loader), and the log says why.
 """
 import glob
 import json
@@ -107,55 +107,73 @@ def attach(path, model_dir):
     except rw.Unavailable as e:
         return None, str(e)
     ws = _attached.get(fresh.path)
-    if ws is not None and ws.current():
+    if ws is not None and ws.files == fresh.files and ws.current():
         # The files mapped are the files at the path (maybe other files
         # than at the checkpoint, of the same sizes): judge them by what
         # they hold now.
         ws.manifest, ws.tensors, ws.metadata = fresh.manifest, fresh.tensors, fresh.metadata
-    else:
-        if ws is not None:
-            log.warning("rekindle: weight set %s changed since it was mapped: mapping it again", ws.name)
-            ws.close()
-            del _attached[ws.path]
-        ws = fresh.map()
-    compare(ws, model_dir)
-    ws.register()
-    _attached[ws.path] = ws
-    return ws, None
+        compare(ws, model_dir)
+        ws.register()
+        return ws, None
+    if ws is not None:
+        log.warning("rekindle: weight set %s changed since it was mapped: mapping it again", ws.name)
+        del _attached[ws.path]
+        ws.close()
+    try:
+        fresh.map()
+        compare(fresh, model_dir)
+        fresh.register()
+    except BaseException:
+        fresh.close()  # its mappings and open files: an evicted set's memory is freed
+        raise
+    _attached[fresh.path] = fresh
+    return fresh, None
 
 
 def weights(ws):
-    """(name, CPU tensor over the pinned mapping) in file order; at the end,
-    the rate, and a check that the set is still the one mapped."""
+    """(name, CPU tensor over the pinned mapping) in file order, then the
+    rate. The mapping holds the bytes compare() judged: a set evicted or
+    loaded again meanwhile does not change what is copied (the next load
+    maps the new files and judges them)."""
     t, total = time.perf_counter(), 0
     for name, info in sorted(ws.tensors.items(), key=lambda kv: (kv[1].file, kv[1].start)):
         total += info.nbytes
         yield name, ws.tensor(name)
     secs = time.perf_counter() - t
-    if not ws.current():
-        raise rw.SetError(f"weight set {ws.name} ({ws.path}) was evicted or replaced during the load: "
-                          f"the weights copied may be wrong; load the set again and restart the engine")
     log.info("rekindle: weights from weight set %s: %.2f GB in %.2f s (%.1f GB/s; registered in %.2f s)",
              ws.name, total / 1e9, secs, total / 1e9 / secs if secs else 0.0, ws.register_s)
 
 
 def register():
     """vLLM's entry point: add the load format (every process, maybe twice)."""
+    import copy
+
     from vllm.model_executor.model_loader import register_model_loader
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
     class RekindleLoader(DefaultModelLoader):
+        def __init__(self, load_config):
+            super().__init__(load_config)
+            # The model folder, read as vLLM reads it by default: its own
+            # loader refuses the format name "rekindle".
+            files = copy.copy(load_config)
+            files.load_format = "auto"
+            self.files = DefaultModelLoader(files)
+
+        def download_model(self, model_config):
+            self.files.download_model(model_config)
+
         # Not a generator: the set is checked when vLLM asks for the
         # weights, before a reload starts taking the model apart.
         def get_all_weights(self, model_config, model):
             path = os.environ.get("ENGINE_WEIGHT_SET", "")
             ws, why = attach(path, model_config.model) if path else (None, "ENGINE_WEIGHT_SET is not set")
+            if self.counter_before_loading_weights == 0.0:
+                self.counter_before_loading_weights = time.perf_counter()  # vLLM's "Loading weights took"
             if ws is None:
                 log.warning("rekindle: weights from the model folder %s, not a weight set: %s",
                             model_config.model, why)
-                return super().get_all_weights(model_config, model)
-            if self.counter_before_loading_weights == 0.0:
-                self.counter_before_loading_weights = time.perf_counter()  # vLLM's "Loading weights took"
+                return self.files.get_all_weights(model_config, model)
             return weights(ws)
 
     register_model_loader(LOAD_FORMAT)(RekindleLoader)

@@ -132,5 +132,64 @@ class Compare(unittest.TestCase):
         ws.close()
 
 
+class Loader(unittest.TestCase):
+    """The loader class register() adds, against stand-ins of the two vLLM
+    modules it uses (vLLM itself is tested on a GPU host)."""
+
+    def setUp(self):
+        import types
+        self.registered = {}
+        loaders = []
+
+        class Default:
+            counter_before_loading_weights = 0.0
+
+            def __init__(self, load_config):
+                self.load_config = load_config
+                loaders.append(self)
+
+            def get_all_weights(self, model_config, model):
+                if self.load_config.load_format == "rekindle":  # as vLLM's _prepare_weights does
+                    raise ValueError("Unknown load_format: rekindle")
+                return iter([("from-the-folder", None)])
+
+        ml = types.ModuleType("vllm.model_executor.model_loader")
+        ml.register_model_loader = lambda name: lambda cls: self.registered.setdefault(name, cls)
+        dl = types.ModuleType("vllm.model_executor.model_loader.default_loader")
+        dl.DefaultModelLoader = Default
+        self.modules = {"vllm": types.ModuleType("vllm"), "vllm.model_executor": types.ModuleType("vllm.model_executor"),
+                        "vllm.model_executor.model_loader": ml, "vllm.model_executor.model_loader.default_loader": dl}
+        self.saved = {k: sys.modules.get(k) for k in self.modules}
+        sys.modules.update(self.modules)
+        self.loaders = loaders
+        self.env = os.environ.pop("ENGINE_WEIGHT_SET", None)
+
+    def tearDown(self):
+        for k, v in self.saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+        if self.env is not None:
+            os.environ["ENGINE_WEIGHT_SET"] = self.env
+
+    def test_no_set_reads_the_model_folder_with_vllms_default_format(self):
+        import types
+        rv.register()
+        cfg = types.SimpleNamespace(load_format="rekindle")
+        loader = self.registered["rekindle"](cfg)
+        model_config = types.SimpleNamespace(model="/models/model")
+        for env in (None, "/nonexistent/rekindle/weights/q"):
+            if env:
+                os.environ["ENGINE_WEIGHT_SET"] = env
+            with self.assertLogs("vllm.rekindle", "WARNING") as logs:
+                got = list(loader.get_all_weights(model_config, None))
+            self.assertEqual(got, [("from-the-folder", None)])
+            self.assertIn("weights from the model folder /models/model, not a weight set", logs.output[0])
+        self.assertEqual(cfg.load_format, "rekindle", "the shared load config is left as it was")
+        self.assertGreater(loader.counter_before_loading_weights, 0)
+        os.environ.pop("ENGINE_WEIGHT_SET", None)
+
+
 if __name__ == "__main__":
     unittest.main()
