@@ -235,13 +235,19 @@ func (c *Client) send(ctx context.Context, call Call) (*http.Response, error) {
 // attempts made.
 func (c *Client) Retry(ctx context.Context, call Call) (int, error) {
 	wait := 50 * time.Millisecond
+	fails := 0 // 500s in a row
 	for n := 1; ; n++ {
 		err := c.Do(ctx, call)
 		if err == nil {
 			return n, nil
 		}
 		var se *StatusError
-		if errors.As(err, &se) && final(se.Code, n) {
+		if errors.As(err, &se) && se.Code == http.StatusInternalServerError {
+			fails++
+		} else {
+			fails = 0
+		}
+		if se != nil && final(se.Code, fails) {
 			return n, err
 		}
 		select {
@@ -258,14 +264,15 @@ func (c *Client) Retry(ctx context.Context, call Call) (int, error) {
 // FinalAfter is how many 500 answers in a row end Retry.
 const FinalAfter = 3
 
-func final(code, attempts int) bool {
+// final: whether an answer ends Retry; fails counts the 500s in a row.
+func final(code, fails int) bool {
 	switch {
 	case code == http.StatusRequestTimeout || code == http.StatusTooManyRequests:
 		return false
 	case code >= 400 && code < 500:
 		return true
 	case code == http.StatusInternalServerError:
-		return attempts >= FinalAfter
+		return fails >= FinalAfter
 	}
 	return false
 }

@@ -194,6 +194,18 @@ func TestRetryStopsWhenTheCallFails(t *testing.T) {
 	if n, err := c.Retry(context.Background(), p.Resume[1]); err == nil || n != 1 {
 		t.Errorf("Retry on 400: %d attempts, %v; want 1", n, err)
 	}
+	// Only 500s in a row count: an engine not up yet (503) before them does not.
+	calls.Store(0)
+	srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if calls.Add(1) <= 3 {
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		http.Error(w, "failed", http.StatusInternalServerError)
+	})
+	if n, err := c.Retry(context.Background(), p.Resume[1]); err == nil || n != 3+FinalAfter {
+		t.Errorf("Retry on 503 x3 then 500s: %d attempts, %v; want %d", n, err, 3+FinalAfter)
+	}
 }
 
 func TestExecCall(t *testing.T) {
