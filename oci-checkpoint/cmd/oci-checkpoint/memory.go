@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"sort"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
@@ -62,7 +63,7 @@ temporary folder. Pull a registry image first (nerdctl pull IMAGE).`,
 			return err
 		}
 		defer os.RemoveAll(dir)
-		pages, err := memory.Extract(r, dir)
+		pages, others, err := memory.Extract(r, dir)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
@@ -70,7 +71,7 @@ temporary folder. Pull a registry image first (nerdctl pull IMAGE).`,
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		rep.PagesFiles = pages
+		rep.PagesFiles, rep.Others = pages, others
 		if cc.Bool("json") {
 			return cliapp.PrintJSON(rep)
 		}
@@ -88,6 +89,14 @@ func printMemory(name string, r *memory.Report, top int) {
 	}
 	fmt.Printf("%s: %s of pages files; %s of them private pages of %d processes (the rest: shared memory)\n",
 		name, mib(r.PagesFiles), mib(sum), len(r.Processes))
+	names := make([]string, 0, len(r.Others))
+	for n := range r.Others {
+		names = append(names, n)
+	}
+	sort.Slice(names, func(i, j int) bool { return r.Others[names[i]] > r.Others[names[j]] })
+	for _, n := range names {
+		fmt.Printf("  %s: %s (not pages: CRIU stores it whole)\n", n, mib(r.Others[n]))
+	}
 	for _, p := range r.Processes {
 		fmt.Printf("  pid %d %s: %s\n", p.PID, p.Comm, mib(p.Bytes))
 		for i, m := range p.Mappings {

@@ -17,9 +17,12 @@ import (
 	"strings"
 
 	"github.com/checkpoint-restore/go-criu/v8/crit"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/mm"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/regfile"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/vma"
+	"google.golang.org/protobuf/proto"
 )
 
 // Mapping is one memory mapping of a process and the bytes of it that the
@@ -28,7 +31,7 @@ type Mapping struct {
 	Start    uint64 `json:"start"`
 	End      uint64 `json:"end"`
 	Prot     string `json:"prot"`
-	Resource string `json:"resource"` // crit's words: a file, [stack], shmem[N]; empty: anonymous
+	Resource string `json:"resource"` // a file (+ offset), or [stack], [heap], [shared memory N]...; empty: anonymous private
 	Bytes    int64  `json:"bytes"`
 }
 
@@ -42,98 +45,224 @@ type Process struct {
 
 // Report is the whole checkpoint's.
 type Report struct {
-	PagesFiles int64     `json:"pages_files_bytes"` // pages-*.img in the layer, shared memory included
-	Processes  []Process `json:"processes"`         // biggest first
+	PagesFiles int64            `json:"pages_files_bytes"` // pages-*.img in the layer, shared memory included
+	Others     map[string]int64 `json:"other_images"`      // the layer's other CRIU images of 1 MiB or more (e.g. a tmpfs's contents)
+	Processes  []Process        `json:"processes"`         // biggest first
 }
 
-// CRIU's image names: letters, digits and - _ . only, ending .img.
-var imageName = regexp.MustCompile(`^[A-Za-z0-9_.-]+\.img$`)
+// What Read needs of CRIU's images; the rest of the layer is only sized.
+var wanted = regexp.MustCompile(`^(pstree|files|reg-files|(core|mm|pagemap)-[0-9]+)\.img$`)
 
-// maxImage caps one CRIU image other than the pages: the layer is not
-// trusted, and these are metadata (kilobytes to a few MiB).
+// maxImage caps one image Extract writes: the layer is not trusted, and
+// these are metadata (kilobytes to a few MiB).
 const maxImage = 256 << 20
 
-// Extract copies the CRIU images of a checkpoint layer's tar (the files
-// under checkpoint/), all but the pages, into dir, by base name only; it
-// returns the size of the pages files it skipped.
-func Extract(r io.Reader, dir string) (int64, error) {
+// Extract copies the CRIU images Read needs from a checkpoint layer's tar
+// (regular files directly under checkpoint/) into dir, by base name only,
+// and sizes the others: it returns the pages files' total and the other
+// images of 1 MiB or more.
+func Extract(r io.Reader, dir string) (int64, map[string]int64, error) {
 	var pages int64
+	others := map[string]int64{}
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return pages, nil
+			return pages, others, nil
 		}
 		if err != nil {
-			return pages, fmt.Errorf("read the checkpoint layer: %w", err)
+			return pages, others, fmt.Errorf("read the checkpoint layer: %w", err)
 		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
 		base := path.Base(name)
-		if h.Typeflag != tar.TypeReg || path.Dir(name) != "checkpoint" || !imageName.MatchString(base) {
+		if h.Typeflag != tar.TypeReg || path.Dir(name) != "checkpoint" {
 			continue
 		}
-		if strings.HasPrefix(base, "pages-") {
+		switch {
+		case strings.HasPrefix(base, "pages-") && strings.HasSuffix(base, ".img"):
 			pages += h.Size
 			continue
-		}
-		if h.Size > maxImage {
-			return pages, fmt.Errorf("checkpoint/%s is %d bytes, more than a CRIU image of its kind holds: not a checkpoint this tool reads", base, h.Size)
+		case !wanted.MatchString(base):
+			if strings.HasSuffix(base, ".img") && h.Size >= 1<<20 {
+				others[base] = h.Size
+			}
+			continue
+		case h.Size > maxImage:
+			return pages, others, fmt.Errorf("checkpoint/%s is %d bytes, more than a CRIU image of its kind holds: not a checkpoint this tool reads", base, h.Size)
 		}
 		f, err := os.OpenFile(filepath.Join(dir, base), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
-			return pages, err
+			return pages, others, err
 		}
 		_, err = io.Copy(f, io.LimitReader(tr, maxImage))
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return pages, err
+			return pages, others, err
 		}
 	}
 }
 
-// Read reads the CRIU images in dir.
-func Read(dir string) (*Report, error) {
-	c := crit.New(nil, nil, dir, false, true)
-	ps, err := c.ExplorePs()
+// Read reads the CRIU images in dir. Images that crit cannot read, or
+// that contradict each other, give an error, never a crash.
+func Read(dir string) (r *Report, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			r, err = nil, fmt.Errorf("the checkpoint's CRIU images cannot be read: %v", p)
+		}
+	}()
+	ps, err := crit.New(nil, nil, dir, false, true).ExplorePs()
 	if err != nil {
 		return nil, fmt.Errorf("read the process tree: %w", err)
 	}
-	mems, err := c.ExploreMems()
-	if err != nil {
-		return nil, fmt.Errorf("read the memory maps: %w", err)
-	}
 	comm := map[uint32]string{}
 	walk(ps, comm)
-	r := &Report{}
-	for _, mmap := range mems {
-		p := Process{PID: mmap.PId, Comm: comm[mmap.PId]}
-		vmas, err := vmasOf(dir, mmap.PId)
+	files, err := fileNames(dir)
+	if err != nil {
+		return nil, err
+	}
+	r = &Report{}
+	for _, pid := range sortedPIDs(comm) {
+		vmas, err := vmasOf(dir, pid)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // a zombie or a thread: no memory of its own
+		}
 		if err != nil {
 			return nil, err
 		}
-		if len(vmas) != len(mmap.Mems) {
-			return nil, fmt.Errorf("mm-%d.img: %d mappings, crit read %d", mmap.PId, len(vmas), len(mmap.Mems))
-		}
-		stored, err := storedPages(dir, mmap.PId)
+		stored, err := storedPages(dir, pid)
 		if err != nil {
 			return nil, err
 		}
-		for i, v := range vmas {
+		p := Process{PID: pid, Comm: comm[pid]}
+		for _, v := range vmas {
 			b := overlap(stored, v.GetStart(), v.GetEnd())
 			if b == 0 {
 				continue
 			}
 			p.Bytes += b
 			p.Mappings = append(p.Mappings, Mapping{Start: v.GetStart(), End: v.GetEnd(),
-				Prot: mmap.Mems[i].Protection, Resource: strings.TrimSpace(mmap.Mems[i].Resource), Bytes: b})
+				Prot: prot(v.GetProt()), Resource: label(v, files), Bytes: b})
 		}
 		sort.SliceStable(p.Mappings, func(i, j int) bool { return p.Mappings[i].Bytes > p.Mappings[j].Bytes })
 		r.Processes = append(r.Processes, p)
 	}
 	sort.SliceStable(r.Processes, func(i, j int) bool { return r.Processes[i].Bytes > r.Processes[j].Bytes })
 	return r, nil
+}
+
+func sortedPIDs(m map[uint32]string) []uint32 {
+	out := make([]uint32, 0, len(m))
+	for pid := range m {
+		out = append(out, pid)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// CRIU's vma status bits (criu/include/image.h).
+const (
+	vmaStack       = 1 << 1
+	vmaVsyscall    = 1 << 2
+	vmaVdso        = 1 << 3
+	vmaHeap        = 1 << 5
+	vmaFilePrivate = 1 << 6
+	vmaFileShared  = 1 << 7
+	vmaAnonShared  = 1 << 8
+	vmaSysvIPC     = 1 << 10
+	vmaSocket      = 1 << 11
+	vmaVvar        = 1 << 12
+	vmaMemfd       = 1 << 14
+)
+
+// label names what a mapping maps: a file (and its offset), a kind of
+// memory in brackets, or "" for anonymous private memory.
+func label(v *vma.VmaEntry, files map[uint32]string) string {
+	st := v.GetStatus()
+	switch {
+	case st&(vmaFilePrivate|vmaFileShared) != 0:
+		name := files[uint32(v.GetShmid())]
+		if name == "" {
+			name = fmt.Sprintf("file %d", v.GetShmid())
+		}
+		if v.GetPgoff() != 0 {
+			name += fmt.Sprintf(" + 0x%x", v.GetPgoff())
+		}
+		if st&vmaFileShared != 0 {
+			name += " (shared)"
+		}
+		return name
+	case st&vmaMemfd != 0:
+		return fmt.Sprintf("[memfd %d]", v.GetShmid())
+	case st&vmaAnonShared != 0:
+		return fmt.Sprintf("[shared memory %d]", v.GetShmid())
+	case st&vmaSysvIPC != 0:
+		return fmt.Sprintf("[sysv ipc %d]", v.GetShmid())
+	case st&vmaSocket != 0:
+		return "[packet socket]"
+	case st&vmaStack != 0:
+		return "[stack]"
+	case st&vmaHeap != 0:
+		return "[heap]"
+	case st&vmaVdso != 0:
+		return "[vdso]"
+	case st&vmaVvar != 0:
+		return "[vvar]"
+	case st&vmaVsyscall != 0:
+		return "[vsyscall]"
+	}
+	return ""
+}
+
+func prot(p uint32) string {
+	out := []byte("---")
+	for i, c := range []byte("rwx") {
+		if p&(1<<i) != 0 {
+			out[i] = c
+		}
+	}
+	return string(out)
+}
+
+// fileNames: regular files' names by CRIU file id, from files.img (and the
+// older reg-files.img).
+func fileNames(dir string) (map[uint32]string, error) {
+	out := map[uint32]string{}
+	img, err := decode(dir, "files.img", &fdinfo.FileEntry{})
+	if err == nil {
+		for _, e := range img.Entries {
+			if f, ok := e.Message.(*fdinfo.FileEntry); ok && f.GetReg() != nil {
+				out[f.GetId()] = f.GetReg().GetName()
+			}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	img, err = decode(dir, "reg-files.img", &regfile.RegFileEntry{})
+	if err == nil {
+		for _, e := range img.Entries {
+			if f, ok := e.Message.(*regfile.RegFileEntry); ok {
+				out[f.GetId()] = f.GetName()
+			}
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	return out, nil
+}
+
+func decode(dir, name string, entry proto.Message) (*crit.CriuImage, error) {
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	img, err := crit.New(f, nil, "", false, true).Decode(entry)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return img, nil
 }
 
 func walk(t *crit.PsTree, comm map[uint32]string) {
@@ -147,19 +276,18 @@ func walk(t *crit.PsTree, comm map[uint32]string) {
 }
 
 func vmasOf(dir string, pid uint32) ([]*vma.VmaEntry, error) {
-	f, err := os.Open(filepath.Join(dir, fmt.Sprintf("mm-%d.img", pid)))
+	img, err := decode(dir, fmt.Sprintf("mm-%d.img", pid), &mm.MmEntry{})
 	if err != nil {
 		return nil, err
-	}
-	defer f.Close()
-	img, err := crit.New(f, nil, "", false, true).Decode(&mm.MmEntry{})
-	if err != nil {
-		return nil, fmt.Errorf("mm-%d.img: %w", pid, err)
 	}
 	if len(img.Entries) == 0 {
 		return nil, fmt.Errorf("mm-%d.img holds no entry", pid)
 	}
-	return img.Entries[0].Message.(*mm.MmEntry).GetVmas(), nil
+	m, ok := img.Entries[0].Message.(*mm.MmEntry)
+	if !ok {
+		return nil, fmt.Errorf("mm-%d.img holds no mm entry", pid)
+	}
+	return m.GetVmas(), nil
 }
 
 // CRIU's pagemap flags (criu/include/pagemap.h).
@@ -173,14 +301,12 @@ type span struct{ start, end uint64 }
 // storedPages: the address ranges whose pages this checkpoint's pages files
 // hold (not those left to a parent checkpoint).
 func storedPages(dir string, pid uint32) ([]span, error) {
-	f, err := os.Open(filepath.Join(dir, fmt.Sprintf("pagemap-%d.img", pid)))
+	img, err := decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
-	img, err := crit.New(f, nil, "", false, true).Decode(&pagemap.PagemapEntry{})
-	if err != nil {
-		return nil, fmt.Errorf("pagemap-%d.img: %w", pid, err)
+	if len(img.Entries) == 0 {
+		return nil, fmt.Errorf("pagemap-%d.img holds no head", pid)
 	}
 	var out []span
 	for _, e := range img.Entries[1:] { // the first is the head

@@ -38,15 +38,17 @@ func layer(t *testing.T, es []entry) *bytes.Buffer {
 
 func TestExtractTakesCRIUImagesByBaseNameOnly(t *testing.T) {
 	dir := t.TempDir()
-	pages, err := Extract(layer(t, []entry{
+	pages, others, err := Extract(layer(t, []entry{
 		{"checkpoint/pstree.img", tar.TypeReg, 10},
 		{"./checkpoint/mm-1.img", tar.TypeReg, 20},
 		{"checkpoint/pages-1.img", tar.TypeReg, 4096},
 		{"checkpoint/pages-2.img", tar.TypeReg, 8192},
-		{"checkpoint/../evil.img", tar.TypeReg, 5},    // outside checkpoint/
-		{"checkpoint/sub/core-1.img", tar.TypeReg, 5}, // not directly under it
-		{"checkpoint/files.img", tar.TypeSymlink, 0},  // not a regular file
-		{"checkpoint/spec.dump", tar.TypeReg, 5},      // not a CRIU image
+		{"checkpoint/tmpfs-dev-71.tar.gz.img", tar.TypeReg, 2 << 20}, // sized, not taken
+		{"checkpoint/inventory.img", tar.TypeReg, 30},                // not read, under 1 MiB
+		{"checkpoint/../evil.img", tar.TypeReg, 5},                   // outside checkpoint/
+		{"checkpoint/sub/core-1.img", tar.TypeReg, 5},                // not directly under it
+		{"checkpoint/files.img", tar.TypeSymlink, 0},                 // not a regular file
+		{"checkpoint/spec.dump", tar.TypeReg, 5},                     // not a CRIU image
 		{"rootfs-diff.tar", tar.TypeReg, 5},
 	}), dir)
 	if err != nil {
@@ -54,6 +56,9 @@ func TestExtractTakesCRIUImagesByBaseNameOnly(t *testing.T) {
 	}
 	if pages != 4096+8192 {
 		t.Errorf("pages files: %d bytes, want %d", pages, 4096+8192)
+	}
+	if len(others) != 1 || others["tmpfs-dev-71.tar.gz.img"] != 2<<20 {
+		t.Errorf("other images: %v, want the 2 MiB tmpfs image alone", others)
 	}
 	var got []string
 	filepath.Walk(dir, func(p string, fi os.FileInfo, _ error) error {
@@ -70,13 +75,27 @@ func TestExtractTakesCRIUImagesByBaseNameOnly(t *testing.T) {
 }
 
 func TestExtractRefusesAnOversizedImageAndADuplicate(t *testing.T) {
-	_, err := Extract(layer(t, []entry{{"checkpoint/mm-1.img", tar.TypeReg, maxImage + 1}}), t.TempDir())
+	_, _, err := Extract(layer(t, []entry{{"checkpoint/mm-1.img", tar.TypeReg, maxImage + 1}}), t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "more than a CRIU image of its kind holds") {
 		t.Errorf("oversized image: %v", err)
 	}
-	_, err = Extract(layer(t, []entry{{"checkpoint/mm-1.img", tar.TypeReg, 1}, {"checkpoint/mm-1.img", tar.TypeReg, 1}}), t.TempDir())
+	_, _, err = Extract(layer(t, []entry{{"checkpoint/mm-1.img", tar.TypeReg, 1}, {"checkpoint/mm-1.img", tar.TypeReg, 1}}), t.TempDir())
 	if err == nil {
 		t.Error("a second copy of one image was accepted")
+	}
+}
+
+func TestReadRefusesBrokenImagesWithoutACrash(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string][]byte{
+		"pstree.img":    {0x54, 0x19, 0x20, 0x40, 0x01, 0x00, 0x00, 0x00}, // a magic, then nothing sane
+		"mm-1.img":      bytes.Repeat([]byte{0xff}, 64),
+		"pagemap-1.img": {},
+	} {
+		os.WriteFile(filepath.Join(dir, name), body, 0o600)
+	}
+	if _, err := Read(dir); err == nil {
+		t.Error("broken images were read as a checkpoint")
 	}
 }
 
