@@ -30,14 +30,16 @@ pull_phase() {
 	echo $! >"$reg/pid"
 	# Expanded now: the locals are gone when the job exits.
 	# shellcheck disable=SC2064
-	trap "kill $(cat "$reg/pid") 2>/dev/null; $(printf %q "$root/scripts/containerd-down.sh") $(printf %q "$fresh") >/dev/null 2>&1 || true" EXIT
+	trap "$(printf %q "$root/scripts/nerdctl.sh") $(printf %q "$dir") rm -f bench-pull-src >/dev/null 2>&1; kill $(cat "$reg/pid") 2>/dev/null; $(printf %q "$root/scripts/containerd-down.sh") $(printf %q "$fresh") >/dev/null 2>&1 || true" EXIT
+	local up=
 	for _ in $(seq 100); do
-		curl -fsS "http://127.0.0.1:$rport/v2/" >/dev/null 2>&1 && break
+		curl -fsS "http://127.0.0.1:$rport/v2/" >/dev/null 2>&1 && up=1 && break
 		sleep 0.1
 	done
+	[ -n "$up" ] || die "docker-registry did not answer on 127.0.0.1:$rport within 10 s: $(tail -3 "$reg/registry.log")"
 	base=127.0.0.1:$rport/rekindle/bench-engine:latest img=127.0.0.1:$rport/rekindle/bench-pull:latest
 	n tag "$engine_image" "$base"
-	n push --insecure-registry "$base" >/dev/null 2>&1 || die "nerdctl push $base failed"
+	n push --insecure-registry "$base" >"$reg/push.log" 2>&1 || die "nerdctl push $base failed: $(tail -2 "$reg/push.log")"
 
 	drop_caches
 	p=$gpu_port
@@ -54,13 +56,13 @@ pull_phase() {
 	oci-checkpoint create --json "${ck_flags[@]}" bench-pull-src "$img" >"$dir/pull-checkpoint.json" ||
 		die "oci-checkpoint create failed"
 	n rm -f bench-pull-src >/dev/null
-	n push --insecure-registry "$img" >/dev/null 2>&1 || die "nerdctl push $img failed"
+	n push --insecure-registry "$img" >"$reg/push.log" 2>&1 || die "nerdctl push $img failed: $(tail -2 "$reg/push.log")"
 
 	CONTAINERD_TASK_STATE_TIMEOUT=$state_timeout "$root/scripts/containerd-up.sh" "$fresh" >/dev/null
 	f() { "$root/scripts/nerdctl.sh" "$fresh" "$@"; }
 	drop_caches
 	t0=$EPOCHREALTIME
-	f pull --insecure-registry "$img" >/dev/null 2>&1 || die "nerdctl pull $img on the fresh root failed"
+	f pull --insecure-registry "$img" >"$reg/pull.log" 2>&1 || die "nerdctl pull $img on the fresh root failed: $(tail -2 "$reg/pull.log")"
 	t1=$EPOCHREALTIME
 	python3 "$root/bench/bench-poll.py" "$p" "$prompt" "$timeout" >"$dir/pull-restore.json" &
 	poller=$!

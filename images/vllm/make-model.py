@@ -40,7 +40,9 @@ def config(s):
     c = {
         "architectures": ["Qwen3ForCausalLM" if qwen3 else "Qwen2ForCausalLM"], "model_type": s["arch"],
         "hidden_size": s["hidden"], "intermediate_size": s["intermediate"], "num_hidden_layers": s["layers"],
-        "num_attention_heads": s["heads"], "num_key_value_heads": s["kv_heads"], "head_dim": 128,
+        # vLLM's Qwen2 takes hidden / heads whatever head_dim says; Qwen3 reads head_dim.
+        "num_attention_heads": s["heads"], "num_key_value_heads": s["kv_heads"],
+        "head_dim": 128 if qwen3 else s["hidden"] // s["heads"],
         "vocab_size": s["vocab"], "max_position_embeddings": 4096, "rope_theta": 1000000.0,
         "rms_norm_eps": 1e-6, "hidden_act": "silu", "tie_word_embeddings": False,
         "torch_dtype": "bfloat16", "bos_token_id": 0, "eos_token_id": 1,
@@ -111,25 +113,32 @@ def weights(cfg, out):
         if name.endswith("norm.weight"):
             return torch.ones(shape, dtype=torch.bfloat16)
         return (torch.randn(*shape, generator=g, device=dev, dtype=torch.float32) * 0.02).to(torch.bfloat16).cpu()
-    shards, cur, size, params = [], {}, 0, 0
+    # Each shard is written when full, so memory holds one; named -0000K-of-N
+    # once N is known.
+    written, cur, size, params = [], {}, 0, 0
+
+    def flush():
+        fn = f"shard-{len(written) + 1:05d}.safetensors"
+        save_file(cur, os.path.join(out, fn), metadata={"format": "pt"})
+        written.append((fn, list(cur)))
     for name, shape in tensors(cfg):
         t = make(name, shape)
         if cur and size + t.numel() * 2 > SHARD:
-            shards.append(cur)
+            flush()
             cur, size = {}, 0
         cur[name] = t
         size += t.numel() * 2
         params += t.numel()
-    shards.append(cur)
-    if len(shards) == 1:
-        save_file(shards[0], os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    flush()
+    if len(written) == 1:
+        os.rename(os.path.join(out, written[0][0]), os.path.join(out, "model.safetensors"))
         return params
     index = {"metadata": {"total_size": params * 2}, "weight_map": {}}
-    for k, shard in enumerate(shards, 1):
-        fn = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-        save_file(shard, os.path.join(out, fn), metadata={"format": "pt"})
-        index["weight_map"].update({name: fn for name in shard})
-        print(f"make-model.py: wrote {fn}", file=sys.stderr, flush=True)
+    for k, (fn, names) in enumerate(written, 1):
+        final = f"model-{k:05d}-of-{len(written):05d}.safetensors"
+        os.rename(os.path.join(out, fn), os.path.join(out, final))
+        index["weight_map"].update({name: final for name in names})
+        print(f"make-model.py: wrote {final}", file=sys.stderr, flush=True)
     with open(os.path.join(out, "model.safetensors.index.json"), "w") as f:
         json.dump(index, f, indent=1)
     return params
@@ -150,6 +159,8 @@ def main():
         ap.error("--vocab must hold at least the 256 bytes and 2 special tokens")
     if shape["heads"] % shape["kv_heads"]:
         ap.error("--heads must be a multiple of --kv-heads")
+    if shape["hidden"] % shape["heads"]:
+        ap.error("--hidden must be a multiple of --heads")
     if os.path.exists(os.path.join(a.dir, "config.json")):
         print(f"make-model.py: {a.dir} holds a model already", file=sys.stderr)
         return
