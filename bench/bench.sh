@@ -338,7 +338,10 @@ rep_port=$([ "$engine" = cpu ] && echo 30000 || echo "$gpu_port")
 replica_flags() {
 	local d
 	rflags=(--network none "${extra_flags[@]}" "${env_flags[@]}")
-	[ ${#rep_devices[@]} -gt 0 ] || return 0
+	if [ ${#rep_devices[@]} -eq 0 ]; then
+		rflags+=("${dev_flags[@]}") # every replica on the rows' devices
+		return 0
+	fi
 	for d in ${rep_devices[$1 - 1]//,/ }; do rflags+=(--device "$d"); done
 }
 

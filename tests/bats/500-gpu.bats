@@ -337,7 +337,17 @@ replica() {
 	id=$(tail -1 <<<"$output")
 	pid=$(ctr_pid "$name") || { replica_failed "$out" "no pid"; return 1; }
 	until NS_HTTP_TIMEOUT=2 ns_http "$pid" GET /health >/dev/null 2>&1; do
-		[ "$SECONDS" -lt "$deadline" ] || { replica_failed "$out" "not healthy within 600 s"; return 1; }
+		[ "$SECONDS" -lt "$deadline" ] ||
+			{ replica_failed "$out" "not healthy within ${REKINDLE_GPU_REPLICA_DEADLINE:-300} s"; return 1; }
+		# A wake that failed, or a container that died, never turns healthy:
+		# look every second rather than wait out the deadline.
+		if [ $((++polls % 20)) -eq 0 ]; then
+			[ "$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Running}}' "$name" 2>/dev/null)" = true ] ||
+				{ replica_failed "$out" "the container stopped before it was healthy"; return 1; }
+			st=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$name" cat /.rekindle/status 2>/dev/null) || st=
+			[ -z "$st" ] || [ "$(jq -r .outcome <<<"$st")" = resumed ] ||
+				{ replica_failed "$out" "the wake failed: $(jq -r .error <<<"$st")"; return 1; }
+		fi
 		sleep 0.05
 	done
 	t_health=$EPOCHREALTIME
