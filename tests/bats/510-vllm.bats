@@ -453,7 +453,7 @@ set_rate() {
 }
 
 # bats test_tags=gpu
-@test "vllm: a weight set of another model fails the wake, naming the set and the tensor, and the engine stays asleep" {
+@test "vllm: a weight set of another model fails the wake, naming the set and the tensor, and the engine stays asleep; the right set loaded anew restores" {
 	skip_if_no_vllm
 	[ -f "$BATS_FILE_TMPDIR/big-image" ] || skip "needs the checkpoint image that the real-size test before it makes"
 	vllm_setup
@@ -507,7 +507,15 @@ set_rate() {
 		"the engine's log names the set and the tensor"
 	is "$(v vllm-wrong GET /is_sleeping | jq -r .is_sleeping)" true "the engine stays asleep"
 	run_nerdctl rm -f vllm-wrong
+	# The right set again, loaded anew (other files at the same path, as
+	# after a reboot): the mapping restored over them is judged and copied
+	# from, through the registration the CUDA restore brings back.
 	run_cmd "$BIN/rekindle-weights" evict big
 	run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big "$BIG_MODEL"
 	rm -rf "$wrong"
+	ONE_BY_ONE=1
+	restore vllm-reloaded "$image" "${SET_FLAGS[@]}"
+	same_as_before vllm-reloaded
+	say "vllm-reloaded (the set loaded anew): $(set_rate vllm-reloaded)"
+	run_nerdctl rm -f vllm-reloaded
 }
