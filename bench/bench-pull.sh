@@ -10,22 +10,15 @@
 # result's "pull" object: the engine's cold start in this phase, the pull,
 # the restore to its first answer and their sum against the cold start.
 
+# shellcheck source=scripts/registry.sh
+. "$root/scripts/registry.sh"
+
 # pull_phase: run as a job of its own (set -e holds); stops what it started.
 pull_phase() {
 	local reg=$dir/registry fresh=$dir/fresh rport base img p t0 t1 t2 poller id said status restore
 	need_tool docker-registry
 	rport=$(port)
-	mkdir -p "$reg"
-	cat >"$reg/config.yml" <<-EOF
-		version: 0.1
-		log:
-		  level: warn
-		storage:
-		  filesystem:
-		    rootdirectory: $reg/data
-		http:
-		  addr: 127.0.0.1:$rport
-	EOF
+	registry_config "$reg" "$rport"
 	docker-registry serve "$reg/config.yml" >"$reg/registry.log" 2>&1 &
 	echo $! >"$reg/pid"
 	# Expanded now: the locals are gone when the job exits.
@@ -33,7 +26,7 @@ pull_phase() {
 	trap "$(printf %q "$root/scripts/nerdctl.sh") $(printf %q "$dir") rm -f bench-pull-src >/dev/null 2>&1; kill $(cat "$reg/pid") 2>/dev/null; $(printf %q "$root/scripts/containerd-down.sh") $(printf %q "$fresh") >/dev/null 2>&1 || true" EXIT
 	local up=
 	for _ in $(seq 100); do
-		curl -fsS "http://127.0.0.1:$rport/v2/" >/dev/null 2>&1 && up=1 && break
+		registry_answers "$rport" 2>/dev/null && up=1 && break
 		sleep 0.1
 	done
 	[ -n "$up" ] || die "docker-registry did not answer on 127.0.0.1:$rport within 10 s: $(tail -3 "$reg/registry.log")"

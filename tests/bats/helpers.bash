@@ -9,6 +9,8 @@ IMAGES=${REKINDLE_IMAGES:-$REKINDLE_ROOT/build/images}
 BASE_IMAGE=rekindle.local/base:bookworm
 ENGINE_IMAGE=rekindle.local/cpu-engine:latest
 PATH=$BIN:$PATH
+# registry_config, registry_answers
+. "$REKINDLE_ROOT/scripts/registry.sh"
 
 # The /generate request the tests send the CPU reference engine, before a
 # checkpoint and after the restore.
@@ -62,38 +64,10 @@ load_image() {
 registry_start() {
 	local dir=$1 port=$2 htpasswd=${3:-}
 	command -v docker-registry >/dev/null || skip "docker-registry is not installed (make deps)"
-	mkdir -p "$dir"
-	cat >"$dir/config.yml" <<-EOF
-		version: 0.1
-		log:
-		  level: warn
-		storage:
-		  filesystem:
-		    rootdirectory: $dir
-		  delete:
-		    enabled: true
-		http:
-		  addr: 127.0.0.1:$port
-	EOF
-	if [ -n "$htpasswd" ]; then
-		cat >>"$dir/config.yml" <<-EOF
-			auth:
-			  htpasswd:
-			    realm: rekindle-test
-			    path: $htpasswd
-		EOF
-	fi
+	registry_config "$dir" "$port" "$htpasswd"
 	docker-registry serve "$dir/config.yml" >"$dir/registry.log" 2>&1 3>&- &
 	echo $! >"$dir/registry.pid"
 	wait_for "the registry on port $port" 30 registry_answers "$port"
-}
-
-# registry_answers PORT: a registry answers /v2/ there (200, or 401 when it
-# wants credentials).
-registry_answers() {
-	local code
-	code=$(curl -sS -o /dev/null -w '%{http_code}' "http://127.0.0.1:$1/v2/") || return 1
-	[ "$code" = 200 ] || [ "$code" = 401 ]
 }
 
 # registry_stop DIR: stop the registry registry_start started there.
