@@ -361,6 +361,25 @@ replica_failed() {
 	jq -cn --arg e "$2" '{error: $e}' >"$1"
 }
 
+# first_then_cached ARCHIVE IMAGE GPU...: a replica on each GPU, at once,
+# with IMAGE fresh from ARCHIVE (first: its cache entry built then), then
+# again (cached); each batch checked and removed. FIRST_S and CACHED_S: the
+# time to the last answer of each.
+first_then_cached() {
+	local archive=$1 image=$2
+	shift 2
+	fresh_image "$archive" "$image"
+	replicas_at_once first "$image" "$@"
+	FIRST_S=$ALL_S
+	is "$(jq -r .cache "$BATS_TEST_TMPDIR/${REPLICAS[0]}.json")" "miss" "$# at once, first: the checkpoint cache entry is built"
+	check_replicas
+	remove_replicas
+	replicas_at_once cached "$image" "$@"
+	CACHED_S=$ALL_S
+	check_replicas
+	remove_replicas
+}
+
 # replicas_at_once WHAT IMAGE GPU...: one replica of IMAGE on each GPU, all
 # their `nerdctl run`s started at once; waits until every one has answered
 # and says the time from the start to the last answer (also left in ALL_S)
@@ -461,27 +480,10 @@ remove_replicas() {
 	# One replica alone, then N at once, each first (cache and page cache
 	# cold) and cached.
 	local one_first one_cached all_first all_cached
-	fresh_image "$archive" "$image"
-	replicas_at_once first "$image" "$one"
-	one_first=$ALL_S
-	is "$(jq -r .cache "$BATS_TEST_TMPDIR/${REPLICAS[0]}.json")" "miss" "the first restore builds the checkpoint cache entry"
-	check_replicas
-	remove_replicas
-	replicas_at_once cached "$image" "$one"
-	one_cached=$ALL_S
-	check_replicas
-	remove_replicas
-
-	fresh_image "$archive" "$image"
-	replicas_at_once first "$image" "${gpus[@]}"
-	all_first=$ALL_S
-	is "$(jq -r .cache "$BATS_TEST_TMPDIR/${REPLICAS[0]}.json")" "miss" "the first restores build the checkpoint cache entry"
-	check_replicas
-	remove_replicas
-	replicas_at_once cached "$image" "${gpus[@]}"
-	all_cached=$ALL_S
-	check_replicas
-	remove_replicas
+	first_then_cached "$archive" "$image" "$one"
+	one_first=$FIRST_S one_cached=$CACHED_S
+	first_then_cached "$archive" "$image" "${gpus[@]}"
+	all_first=$FIRST_S all_cached=$CACHED_S
 	rm -f "$archive"
 
 	say "$n replicas at once against one, to the last first answer: first ${all_first}s vs ${one_first}s ($(awk -v a="$all_first" -v b="$one_first" 'BEGIN { printf "%.2f", a / b }')x), cached ${all_cached}s vs ${one_cached}s ($(awk -v a="$all_cached" -v b="$one_cached" 'BEGIN { printf "%.2f", a / b }')x); target <= 1.5x (timed by bench/gpu-bench.sh with GPU_BENCH_REPLICAS=$n)"
