@@ -160,6 +160,14 @@ secs_since() {
 	awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'
 }
 
+# wake_status NAME: the wake helper's record in container NAME
+# (/.rekindle/status), once it holds an outcome.
+wake_status() {
+	wait_for "the wake helper in $1 to record its outcome" 300 \
+		sh -c "'$REKINDLE_ROOT/scripts/nerdctl.sh' '$RK_DIR' exec '$1' cat /.rekindle/status | grep -q outcome"
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" cat /.rekindle/status
+}
+
 # restore NAME IMAGE [FLAGS...]: nerdctl run IMAGE, wait for the wake
 # helper's record and an awake server; prints the times.
 restore() {
@@ -169,9 +177,7 @@ restore() {
 	run_vllm "$name" "$image" "$@"
 	local run_s
 	run_s=$(secs_since "$t")
-	wait_for "the wake helper in $name to record its outcome" 300 \
-		sh -c "'$REKINDLE_ROOT/scripts/nerdctl.sh' '$RK_DIR' exec '$name' cat /.rekindle/status | grep -q outcome"
-	st=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$name" cat /.rekindle/status)
+	st=$(wake_status "$name")
 	is "$(jq -r .outcome <<<"$st")" resumed "wake outcome in $name (/.rekindle/status: $st)"
 	wait_for "$name awake" 60 awake "$name"
 	local woke_s
@@ -495,10 +501,8 @@ set_rate() {
 	run_cmd "$BIN/rekindle-weights" evict big
 	run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big "$wrong"
 	run_vllm vllm-wrong "$image" "${SET_FLAGS[@]}"
-	wait_for "the wake helper in vllm-wrong to record its outcome" 300 \
-		sh -c "'$REKINDLE_ROOT/scripts/nerdctl.sh' '$RK_DIR' exec vllm-wrong cat /.rekindle/status | grep -q outcome"
 	local st
-	st=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec vllm-wrong cat /.rekindle/status)
+	st=$(wake_status vllm-wrong)
 	say "vllm-wrong: $(jq -c '{outcome, error}' <<<"$st")"
 	is "$(jq -r .outcome <<<"$st")" failed "the wake fails"
 	is "$st" "~collective_rpc" "the status names the call that failed"
