@@ -426,7 +426,7 @@ set_rate() {
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
 	say "$BIG_SHAPE checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB (the set's $(du -sm "$BIG_MODEL" | cut -f1) MiB stay out of it)"
 	# What holds the pages: each process and its biggest mappings.
-	ocicp '?' --address "$RK_DIR/containerd.sock" --namespace default memory --top 4 "$image"
+	ocicp '?' --address "$RK_DIR/containerd.sock" --namespace default memory --top 6 "$image"
 	say "oci-checkpoint memory (exit $status):"
 	say "$(sed 's/^/  /' <<<"$output")"
 	run_nerdctl rm -f vllm-big

@@ -63,15 +63,14 @@ temporary folder. Pull a registry image first (nerdctl pull IMAGE).`,
 			return err
 		}
 		defer os.RemoveAll(dir)
-		pages, others, err := memory.Extract(r, dir)
+		l, err := memory.Extract(r, dir)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		rep, err := memory.Read(dir)
+		rep, err := memory.Read(dir, l)
 		if err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}
-		rep.PagesFiles, rep.Others = pages, others
 		if cc.Bool("json") {
 			return cliapp.PrintJSON(rep)
 		}
@@ -87,8 +86,8 @@ func printMemory(name string, r *memory.Report, top int) {
 	for _, p := range r.Processes {
 		sum += p.Bytes
 	}
-	fmt.Printf("%s: %s of pages files; %s of them private pages of %d processes (the rest: shared memory)\n",
-		name, mib(r.PagesFiles), mib(sum), len(r.Processes))
+	fmt.Printf("%s: %s of pages files (%s of them pages of zeros); %s of them private pages of %d processes (the rest: shared memory)\n",
+		name, mib(r.PagesFiles), mib(r.ZeroPages), mib(sum), len(r.Processes))
 	names := make([]string, 0, len(r.Others))
 	for n := range r.Others {
 		names = append(names, n)
@@ -98,7 +97,7 @@ func printMemory(name string, r *memory.Report, top int) {
 		fmt.Printf("  %s: %s (not pages: CRIU stores it whole)\n", n, mib(r.Others[n]))
 	}
 	for _, p := range r.Processes {
-		fmt.Printf("  pid %d %s: %s\n", p.PID, p.Comm, mib(p.Bytes))
+		fmt.Printf("  pid %d %s: %s (%s zeros)\n", p.PID, p.Comm, mib(p.Bytes), mib(p.Zero))
 		for i, m := range p.Mappings {
 			if i == top {
 				fmt.Printf("    ... %d more mappings\n", len(p.Mappings)-top)
@@ -108,7 +107,7 @@ func printMemory(name string, r *memory.Report, top int) {
 			if res == "" {
 				res = "anonymous"
 			}
-			fmt.Printf("    %12s  %x-%x %s %s\n", mib(m.Bytes), m.Start, m.End, m.Prot, res)
+			fmt.Printf("    %12s  %12s zeros  %x-%x %s %s\n", mib(m.Bytes), mib(m.Zero), m.Start, m.End, m.Prot, res)
 		}
 	}
 }

@@ -1,11 +1,13 @@
 // Package memory says what a checkpoint's memory pages hold: for each
 // process, the bytes CRIU stored and the mappings that hold them, biggest
-// first. It reads CRIU's own images with go-criu's crit, from the
-// checkpoint layer's tar, without writing the pages anywhere.
+// first, and how many of those bytes are pages of zeros. It reads CRIU's
+// own images with go-criu's crit, from the checkpoint layer's tar, without
+// writing the pages anywhere.
 package memory
 
 import (
 	"archive/tar"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -33,6 +35,7 @@ type Mapping struct {
 	Prot     string `json:"prot"`
 	Resource string `json:"resource"` // a file (+ offset), or [stack], [heap], [shared memory N]...; empty: anonymous private
 	Bytes    int64  `json:"bytes"`
+	Zero     int64  `json:"zero_bytes"` // of Bytes, those in pages that hold only zeros
 }
 
 // Process is one process of the checkpoint.
@@ -40,14 +43,24 @@ type Process struct {
 	PID      uint32    `json:"pid"`
 	Comm     string    `json:"comm"`
 	Bytes    int64     `json:"bytes"`
+	Zero     int64     `json:"zero_bytes"`
 	Mappings []Mapping `json:"mappings"` // those that hold pages, biggest first
 }
 
 // Report is the whole checkpoint's.
 type Report struct {
 	PagesFiles int64            `json:"pages_files_bytes"` // pages-*.img in the layer, shared memory included
-	Others     map[string]int64 `json:"other_images"`      // the layer's other CRIU images of 1 MiB or more (e.g. a tmpfs's contents)
-	Processes  []Process        `json:"processes"`         // biggest first
+	ZeroPages  int64            `json:"pages_files_zero_bytes"`
+	Others     map[string]int64 `json:"other_images"` // the layer's other CRIU images of 1 MiB or more (e.g. a tmpfs's contents)
+	Processes  []Process        `json:"processes"`    // biggest first
+}
+
+// Layer is what Extract learns of the images it does not copy.
+type Layer struct {
+	PagesFiles int64             // the pages files' total
+	ZeroPages  int64             // of it, pages of zeros
+	Others     map[string]int64  // other images of 1 MiB or more
+	zero       map[string][]span // per pages file: runs of zero pages, as page indices
 }
 
 // What Read needs of CRIU's images; the rest of the layer is only sized.
@@ -59,19 +72,18 @@ const maxImage = 256 << 20
 
 // Extract copies the CRIU images Read needs from a checkpoint layer's tar
 // (regular files directly under checkpoint/) into dir, by base name only,
-// and sizes the others: it returns the pages files' total and the other
-// images of 1 MiB or more.
-func Extract(r io.Reader, dir string) (int64, map[string]int64, error) {
-	var pages int64
-	others := map[string]int64{}
+// reads the pages files through, noting their pages of zeros, and sizes
+// the other images.
+func Extract(r io.Reader, dir string) (*Layer, error) {
+	l := &Layer{Others: map[string]int64{}, zero: map[string][]span{}}
 	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			return pages, others, nil
+			return l, nil
 		}
 		if err != nil {
-			return pages, others, fmt.Errorf("read the checkpoint layer: %w", err)
+			return l, fmt.Errorf("read the checkpoint layer: %w", err)
 		}
 		name := path.Clean(strings.TrimPrefix(h.Name, "./"))
 		base := path.Base(name)
@@ -80,33 +92,86 @@ func Extract(r io.Reader, dir string) (int64, map[string]int64, error) {
 		}
 		switch {
 		case strings.HasPrefix(base, "pages-") && strings.HasSuffix(base, ".img"):
-			pages += h.Size
+			zero, n, err := zeroRuns(tr)
+			if err != nil {
+				return l, fmt.Errorf("read checkpoint/%s: %w", base, err)
+			}
+			l.PagesFiles += h.Size
+			l.ZeroPages += n
+			l.zero[base] = zero
 			continue
 		case !wanted.MatchString(base):
 			if strings.HasSuffix(base, ".img") && h.Size >= 1<<20 {
-				others[base] = h.Size
+				l.Others[base] = h.Size
 			}
 			continue
 		case h.Size > maxImage:
-			return pages, others, fmt.Errorf("checkpoint/%s is %d bytes, more than a CRIU image of its kind holds: not a checkpoint this tool reads", base, h.Size)
+			return l, fmt.Errorf("checkpoint/%s is %d bytes, more than a CRIU image of its kind holds: not a checkpoint this tool reads", base, h.Size)
 		}
 		f, err := os.OpenFile(filepath.Join(dir, base), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
-			return pages, others, err
+			return l, err
 		}
 		_, err = io.Copy(f, io.LimitReader(tr, maxImage))
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
 		if err != nil {
-			return pages, others, err
+			return l, err
 		}
 	}
 }
 
-// Read reads the CRIU images in dir. Images that crit cannot read, or
-// that contradict each other, give an error, never a crash.
-func Read(dir string) (r *Report, err error) {
+var pageSize = uint64(os.Getpagesize())
+
+// zeroRuns reads a pages file through and returns its runs of pages that
+// hold only zeros (page indices) and their bytes.
+func zeroRuns(r io.Reader) ([]span, int64, error) {
+	var runs []span
+	var n int64
+	buf := make([]byte, 256*pageSize)
+	var page uint64
+	for {
+		got, err := io.ReadFull(r, buf)
+		for off := 0; off+int(pageSize) <= got; off += int(pageSize) {
+			if allZero(buf[off : off+int(pageSize)]) {
+				if k := len(runs); k > 0 && runs[k-1].end == page {
+					runs[k-1].end++
+				} else {
+					runs = append(runs, span{page, page + 1})
+				}
+				n += int64(pageSize)
+			}
+			page++
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return runs, n, nil
+		}
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+}
+
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.NativeEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// Read reads the CRIU images in dir; l, from Extract, adds the pages of
+// zeros (nil: none counted). Images that crit cannot read, or that
+// contradict each other, give an error, never a crash.
+func Read(dir string, l *Layer) (r *Report, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			r, err = nil, fmt.Errorf("the checkpoint's CRIU images cannot be read: %v", p)
@@ -123,6 +188,9 @@ func Read(dir string) (r *Report, err error) {
 		return nil, err
 	}
 	r = &Report{}
+	if l != nil {
+		r.PagesFiles, r.ZeroPages, r.Others = l.PagesFiles, l.ZeroPages, l.Others
+	}
 	for _, pid := range sortedPIDs(comm) {
 		vmas, err := vmasOf(dir, pid)
 		if errors.Is(err, os.ErrNotExist) {
@@ -131,7 +199,7 @@ func Read(dir string) (r *Report, err error) {
 		if err != nil {
 			return nil, err
 		}
-		stored, err := storedPages(dir, pid)
+		stored, zero, err := storedPages(dir, pid, l)
 		if err != nil {
 			return nil, err
 		}
@@ -141,9 +209,11 @@ func Read(dir string) (r *Report, err error) {
 			if b == 0 {
 				continue
 			}
+			z := overlap(zero, v.GetStart(), v.GetEnd())
 			p.Bytes += b
+			p.Zero += z
 			p.Mappings = append(p.Mappings, Mapping{Start: v.GetStart(), End: v.GetEnd(),
-				Prot: prot(v.GetProt()), Resource: label(v, files), Bytes: b})
+				Prot: prot(v.GetProt()), Resource: label(v, files), Bytes: b, Zero: z})
 		}
 		sort.SliceStable(p.Mappings, func(i, j int) bool { return p.Mappings[i].Bytes > p.Mappings[j].Bytes })
 		r.Processes = append(r.Processes, p)
@@ -299,17 +369,23 @@ const (
 type span struct{ start, end uint64 }
 
 // storedPages: the address ranges whose pages this checkpoint's pages files
-// hold (not those left to a parent checkpoint).
-func storedPages(dir string, pid uint32) ([]span, error) {
+// hold (not those left to a parent checkpoint), and of them those that are
+// pages of zeros by l's count. CRIU writes a process's stored pages to its
+// pages file in the pagemap's order.
+func storedPages(dir string, pid uint32, l *Layer) (stored, zero []span, err error) {
 	img, err := decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(img.Entries) == 0 {
-		return nil, fmt.Errorf("pagemap-%d.img holds no head", pid)
+		return nil, nil, fmt.Errorf("pagemap-%d.img holds no head", pid)
 	}
-	var out []span
-	for _, e := range img.Entries[1:] { // the first is the head
+	var runs []span
+	if h, ok := img.Entries[0].Message.(*pagemap.PagemapHead); ok && l != nil {
+		runs = l.zero[fmt.Sprintf("pages-%d.img", h.GetPagesId())]
+	}
+	var index uint64 // of the entry's first page in the pages file
+	for _, e := range img.Entries[1:] {
 		pe, ok := e.Message.(*pagemap.PagemapEntry)
 		if !ok {
 			continue
@@ -325,9 +401,20 @@ func storedPages(dir string, pid uint32) ([]span, error) {
 		if !present || pe.GetFlags()&pageParent != 0 {
 			continue
 		}
-		out = append(out, span{pe.GetVaddr(), pe.GetVaddr() + n*uint64(os.Getpagesize())})
+		va := pe.GetVaddr()
+		stored = append(stored, span{va, va + n*pageSize})
+		for ; len(runs) > 0 && runs[0].start < index+n; runs = runs[1:] {
+			a, b := max(runs[0].start, index), min(runs[0].end, index+n)
+			if a < b {
+				zero = append(zero, span{va + (a-index)*pageSize, va + (b-index)*pageSize})
+			}
+			if runs[0].end > index+n {
+				break // goes on into the next entry's pages
+			}
+		}
+		index += n
 	}
-	return out, nil
+	return stored, zero, nil
 }
 
 func overlap(spans []span, start, end uint64) int64 {

@@ -8,6 +8,9 @@ import (
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/checkpoint-restore/go-criu/v8/crit"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 )
 
 type entry struct {
@@ -38,7 +41,7 @@ func layer(t *testing.T, es []entry) *bytes.Buffer {
 
 func TestExtractTakesCRIUImagesByBaseNameOnly(t *testing.T) {
 	dir := t.TempDir()
-	pages, others, err := Extract(layer(t, []entry{
+	l, err := Extract(layer(t, []entry{
 		{"checkpoint/pstree.img", tar.TypeReg, 10},
 		{"./checkpoint/mm-1.img", tar.TypeReg, 20},
 		{"checkpoint/pages-1.img", tar.TypeReg, 4096},
@@ -54,11 +57,11 @@ func TestExtractTakesCRIUImagesByBaseNameOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pages != 4096+8192 {
-		t.Errorf("pages files: %d bytes, want %d", pages, 4096+8192)
+	if l.PagesFiles != 4096+8192 {
+		t.Errorf("pages files: %d bytes, want %d", l.PagesFiles, 4096+8192)
 	}
-	if len(others) != 1 || others["tmpfs-dev-71.tar.gz.img"] != 2<<20 {
-		t.Errorf("other images: %v, want the 2 MiB tmpfs image alone", others)
+	if len(l.Others) != 1 || l.Others["tmpfs-dev-71.tar.gz.img"] != 2<<20 {
+		t.Errorf("other images: %v, want the 2 MiB tmpfs image alone", l.Others)
 	}
 	var got []string
 	filepath.Walk(dir, func(p string, fi os.FileInfo, _ error) error {
@@ -75,11 +78,11 @@ func TestExtractTakesCRIUImagesByBaseNameOnly(t *testing.T) {
 }
 
 func TestExtractRefusesAnOversizedImageAndADuplicate(t *testing.T) {
-	_, _, err := Extract(layer(t, []entry{{"checkpoint/mm-1.img", tar.TypeReg, maxImage + 1}}), t.TempDir())
+	_, err := Extract(layer(t, []entry{{"checkpoint/mm-1.img", tar.TypeReg, maxImage + 1}}), t.TempDir())
 	if err == nil || !strings.Contains(err.Error(), "more than a CRIU image of its kind holds") {
 		t.Errorf("oversized image: %v", err)
 	}
-	_, _, err = Extract(layer(t, []entry{{"checkpoint/mm-1.img", tar.TypeReg, 1}, {"checkpoint/mm-1.img", tar.TypeReg, 1}}), t.TempDir())
+	_, err = Extract(layer(t, []entry{{"checkpoint/mm-1.img", tar.TypeReg, 1}, {"checkpoint/mm-1.img", tar.TypeReg, 1}}), t.TempDir())
 	if err == nil {
 		t.Error("a second copy of one image was accepted")
 	}
@@ -94,7 +97,7 @@ func TestReadRefusesBrokenImagesWithoutACrash(t *testing.T) {
 	} {
 		os.WriteFile(filepath.Join(dir, name), body, 0o600)
 	}
-	if _, err := Read(dir); err == nil {
+	if _, err := Read(dir, nil); err == nil {
 		t.Error("broken images were read as a checkpoint")
 	}
 }
@@ -106,5 +109,60 @@ func TestOverlapCountsOnlyTheMapping(t *testing.T) {
 	}
 	if got := overlap(spans, 0x5000, 0x8000); got != 0 {
 		t.Errorf("a gap: %#x", got)
+	}
+}
+
+// A pages file of five pages, [nonzero zero zero | zero nonzero], behind
+// two pagemap entries with a parent's entry between them: the zeros are
+// found at the addresses the pagemap gives those pages, across the entry
+// boundary.
+func TestZeroPagesAreFoundAtTheirAddresses(t *testing.T) {
+	ps := int(pageSize)
+	pages := make([]byte, 5*ps)
+	pages[7] = 1
+	pages[4*ps+ps-1] = 1
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "checkpoint/pages-7.img", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(pages))})
+	tw.Write(pages)
+	tw.Close()
+	l, err := Extract(&b, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.ZeroPages != int64(3*ps) {
+		t.Fatalf("zero pages: %d bytes, want %d", l.ZeroPages, 3*ps)
+	}
+
+	dir := t.TempDir()
+	f, err := os.Create(filepath.Join(dir, "pagemap-1.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, two, three, one := uint32(7), uint64(2), uint64(3), uint64(1)
+	present, parent := uint32(pagePresent), uint32(pagePresent|pageParent)
+	va := func(p uint64) *uint64 { return &p }
+	var compat uint32 // required by the proto, unused by CRIU since 3.x
+	img := &crit.CriuImage{Magic: "PAGEMAP", Entries: []*crit.CriuEntry{
+		{Message: &pagemap.PagemapHead{PagesId: &pid}},
+		{Message: &pagemap.PagemapEntry{Vaddr: va(0x10000), NrPages: &three, CompatNrPages: &compat, Flags: &present}},
+		{Message: &pagemap.PagemapEntry{Vaddr: va(0x20000), NrPages: &one, CompatNrPages: &compat, Flags: &parent}},
+		{Message: &pagemap.PagemapEntry{Vaddr: va(0x30000), NrPages: &two, CompatNrPages: &compat, Flags: &present}},
+	}}
+	if err := crit.New(nil, f, "", false, false).Encode(img); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	stored, zero, err := storedPages(dir, 1, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := uint64(ps)
+	want := []span{{0x10000 + p, 0x10000 + 3*p}, {0x30000, 0x30000 + p}}
+	if len(zero) != len(want) || zero[0] != want[0] || zero[1] != want[1] {
+		t.Errorf("zero pages at %#v, want %#v", zero, want)
+	}
+	if overlap(stored, 0, 1<<40) != int64(5*ps) {
+		t.Errorf("stored %#v, want five pages (the parent's left out)", stored)
 	}
 }
