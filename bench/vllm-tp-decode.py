@@ -23,6 +23,7 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SERVE = os.path.join(HERE, "..", "images", "vllm", "serve.py")
+WEIGHTS = os.path.abspath(os.path.join(HERE, "..", "images", "weights"))
 
 # NCCL's and vLLM's defaults, given explicitly: serve.py sets only what is unset.
 DEFAULT_ENV = {"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0", "NCCL_NVLS_ENABLE": "2",
@@ -33,7 +34,12 @@ DEFAULT_ENV = {"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0", "NCCL_NVLS_ENAB
 def start(name, gpus, port, args, extra_env, logdir):
     env = dict(os.environ, MODEL_PATH=os.path.abspath(args.model), ENGINE_PORT=str(port),
                ENGINE_HOST="127.0.0.1", CUDA_VISIBLE_DEVICES=",".join(map(str, gpus)),
-               ENGINE_SITE=os.environ.get("ENGINE_SITE", "/var/tmp/vllm-site"))
+               # What the vllm-engine image sets (images/gpu-engine/build.sh); the weight
+               # set client beside the plugin, as in the image.
+               VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_HOST_IP="127.0.0.1", VLLM_NO_USAGE_STATS="1",
+               ENGINE_SITE=os.environ.get("ENGINE_SITE", "/var/tmp/vllm-site") + ":" + WEIGHTS)
+    # One compile cache each: two servers compiling at once into one cache race.
+    env["VLLM_CACHE_ROOT"] = os.path.join(os.path.abspath(logdir), f"{name}-cache")
     env.update(extra_env)
     flags = ["--tensor-parallel-size", str(args.tp), "--max-model-len", "2048"]
     if name == "default":

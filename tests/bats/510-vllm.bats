@@ -17,6 +17,8 @@
 #                        images/vllm/make-model.py when absent: Qwen2, 1.15 B parameters, random weights)
 #   REKINDLE_VLLM_ARGS   more vllm serve flags (default: --max-model-len 2048 --gpu-memory-utilization 0.4)
 #   REKINDLE_VLLM_BIG_SHAPE  the real-size model's shape (make-model.py --shape; default qwen3-8b, 16.4 GB)
+#   REKINDLE_VLLM_FRESH_NODE 0 leaves out the real-size test's fresh node (pull and restore on a second
+#                            root), which wants room for two more copies of the checkpoint image
 #   REKINDLE_VLLM_BIG_MODEL  its folder (default /var/tmp/rekindle-vllm-SHAPE; made when absent)
 #   REKINDLE_VLLM_BIG_ARGS   its vllm serve flags (default: --max-model-len 2048 --gpu-memory-utilization 0.5)
 #   REKINDLE_PYTHON      host interpreter with torch (default python3)
@@ -30,6 +32,7 @@ VARGS=${REKINDLE_VLLM_ARGS:---max-model-len 2048 --gpu-memory-utilization 0.4}
 HOST_PY=${REKINDLE_PYTHON:-python3}
 BIG_SHAPE=${REKINDLE_VLLM_BIG_SHAPE:-qwen3-8b}
 BIG_MODEL=${REKINDLE_VLLM_BIG_MODEL:-/var/tmp/rekindle-vllm-$BIG_SHAPE}
+FRESH_NODE=${REKINDLE_VLLM_FRESH_NODE:-1}
 BIG_ARGS=${REKINDLE_VLLM_BIG_ARGS:---max-model-len 2048 --gpu-memory-utilization 0.5}
 PORT=8000
 ONE='{"model": "/models/model", "prompt": "Rekindle restores warm GPU engines in seconds.", "max_tokens": 32, "temperature": 0, "ignore_eos": true, "return_token_ids": true}'
@@ -362,10 +365,12 @@ big_setup() {
 	mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | head -1)
 	[ "${mib:-0}" -ge 70000 ] || skip "the $BIG_SHAPE model wants a GPU of 80 GB or more, GPU 0 has ${mib:-no} MiB"
 	if [ ! -f "$BIG_MODEL/config.json" ]; then
-		# The model, and its weight set in memory: 2.5 times its size on disk
-		# leaves room for the checkpoint images.
-		local want
-		case $BIG_SHAPE in qwen3-14b) want=75 ;; qwen3-32b) want=165 ;; *) want=40 ;; esac
+		# The model, and room for its checkpoint image: once in the content
+		# store, and twice more (the registry, the fresh root) with the fresh
+		# node (the weight set is in memory).
+		local want copies=1
+		[ "$FRESH_NODE" = 1 ] && copies=3
+		case $BIG_SHAPE in qwen3-14b) want=$((30 + copies * 8)) ;; qwen3-32b) want=$((66 + copies * 12)) ;; *) want=$((17 + copies * 6)) ;; esac
 		free=$(df -BG --output=avail "$(dirname "$BIG_MODEL")" | tail -1 | tr -dc 0-9)
 		[ "$free" -ge "$want" ] || skip "making the $BIG_SHAPE model wants $want GB free in $(dirname "$BIG_MODEL"), $free GB are"
 		run_cmd "$HOST_PY" "$REKINDLE_ROOT/images/vllm/make-model.py" --shape "$BIG_SHAPE" "$BIG_MODEL"
@@ -446,6 +451,7 @@ set_rate() {
 
 	# A node that has nothing: a second containerd root pulls the checkpoint
 	# image from the registry, and its base while restoring.
+	[ "$FRESH_NODE" = 1 ] || { say "fresh node: not run (REKINDLE_VLLM_FRESH_NODE=$FRESH_NODE)"; return; }
 	run_nerdctl push --insecure-registry "$image"
 	local fresh=$BATS_FILE_TMPDIR/fresh pull_s
 	"$REKINDLE_ROOT/scripts/containerd-up.sh" "$fresh" 3>&-
