@@ -10,11 +10,14 @@ enough to checkpoint and restore with CRIU on a machine without a GPU:
 - a counter advanced by a background thread every ENGINE_TICK_MS, so a
   restored process shows it continued rather than restarted.
 - ENGINE_STATE_MB of extra resident memory that quiescing keeps, for
-  benchmarks that need a large checkpoint.
+  benchmarks that need a large checkpoint; with ENGINE_STATE_HALF_ZERO=1
+  every other MiB of it is zeros (written, so resident), as a CUDA
+  process's host copy of its GPU memory often is.
 - POST /generate: deterministic "greedy" text computed from the weights and
   the prompt, identical before a checkpoint and after a restore.
 - GET /state?verify=1: /state plus memory_sha256, the SHA-256 of the weights
   buffer as it is in memory at the time of the request (null while released),
+  and state_sha256, that of the ENGINE_STATE_MB buffer,
   so a test can show a restored process holds the bytes the image ships.
   weights_sha256 (the checksum file's) and loaded_sha256 (computed when the
   file was read) cannot show that: they are equal whenever weights are loaded.
@@ -95,7 +98,7 @@ def _malloc_trim():
 
 
 class Engine:
-    def __init__(self, weights_path, state_mb=0, tick_ms=100):
+    def __init__(self, weights_path, state_mb=0, tick_ms=100, state_half_zero=False):
         self.weights_path = weights_path
         self.expected = self._expected_sha256()
         self.lock = threading.Lock()
@@ -110,6 +113,9 @@ class Engine:
         self.start_time = time.time()
         # Extra resident memory, filled (not just reserved) so every page is real.
         self.state = bytearray(b"\xa5") * (state_mb << 20) if state_mb > 0 else bytearray()
+        if state_half_zero:
+            for mib in range(1, state_mb, 2):
+                self.state[mib << 20:(mib + 1) << 20] = bytes(1 << 20)
         self.state_mb = state_mb
         self.load()
         threading.Thread(target=self._count, name="counter", daemon=True).start()
@@ -210,6 +216,7 @@ class Engine:
             # Outside the lock: the buffer is immutable bytes, and hashing
             # 64 MiB must not stall the counter or other requests.
             state["memory_sha256"] = hashlib.sha256(weights).hexdigest() if weights is not None else None
+            state["state_sha256"] = hashlib.sha256(self.state).hexdigest()
         return state
 
 
@@ -284,9 +291,10 @@ def serve():
     weights = os.environ.get("ENGINE_WEIGHTS", "/engine/weights.bin")
     state_mb = int(os.environ.get("ENGINE_STATE_MB", "0"))
     tick_ms = int(os.environ.get("ENGINE_TICK_MS", "100"))
-    log(f"pid {os.getpid()} starting: weights {weights}, state {state_mb} MiB, port {port}")
+    half_zero = os.environ.get("ENGINE_STATE_HALF_ZERO", "0") == "1"
+    log(f"pid {os.getpid()} starting: weights {weights}, state {state_mb} MiB{' (half zeros)' if half_zero else ''}, port {port}")
     try:
-        Handler.engine = Engine(weights, state_mb=state_mb, tick_ms=tick_ms)
+        Handler.engine = Engine(weights, state_mb=state_mb, tick_ms=tick_ms, state_half_zero=half_zero)
     except (OSError, ValueError) as err:
         raise SystemExit(f"engine: cannot load weights: {err}")
     engine_http.serve(host, port, Handler)

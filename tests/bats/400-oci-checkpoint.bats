@@ -224,7 +224,7 @@ no_erofs_mounts() {
 	jq -e '.pages_files_bytes >= ([.processes[].bytes] | add)' <<<"$output" >/dev/null ||
 		die "the pages files hold less than the processes' pages: $output"
 	ocicp memory "$image"
-	[[ ${lines[0]} == "$image: "*" MiB of pages files; "* ]] || die "no summary line: ${lines[0]}"
+	[[ ${lines[0]} == "$image: "*" MiB of pages files ("*" MiB of them pages of zeros); "* ]] || die "no summary line: ${lines[0]}"
 	[[ $output == *"pid 1 "*"anonymous"* ]] || die "the engine's anonymous mapping is not shown"
 
 	run_nerdctl tag "$image" "$reg"
@@ -232,6 +232,42 @@ no_erofs_mounts() {
 	run_nerdctl rmi "$reg" "$image"
 	ocicp 1 memory "$reg"
 	is "$output" "~is not in containerd's image store: pull it first" "a registry image is refused with the fix"
+}
+
+@test "pages of zeros: left out of the image by default, kept with --keep-zero-pages, and restored as zeros either way" {
+	local port keep=rekindle.local/ckpt:zeros-kept sparse=rekindle.local/ckpt:zeros-out sum0 pid0 text0
+	port=$(free_port)
+	# 96 MiB of state, every other MiB zeros: 48 MiB of pages of zeros.
+	start_engine zsrc "$port" -e ENGINE_STATE_MB=96 -e ENGINE_STATE_HALF_ZERO=1
+	sum0=$(engine GET "$port" "/state?verify=1" | jq -r .state_sha256)
+	text0=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	pid0=$(state_of "$port" pid)
+	ocicp create --keep-zero-pages zsrc "$keep"
+	run_nerdctl rm -f zsrc
+	ocicp memory --json "$keep"
+	local kept_zero kept_pages
+	kept_zero=$(jq .pages_files_zero_bytes <<<"$output")
+	kept_pages=$(jq .pages_files_bytes <<<"$output")
+	[ "$kept_zero" -ge $((47 << 20)) ] || die "--keep-zero-pages: $kept_zero bytes of zero pages stored, want the state's 48 MiB"
+
+	# Restored, then checkpointed again with the default: the zeros go.
+	run_nerdctl run -d --name zmid -p "127.0.0.1:$port:30000" "$keep"
+	wait_for "the restored engine to answer" 60 engine GET "$port" /state
+	is "$(engine GET "$port" "/state?verify=1" | jq -r .state_sha256)" "$sum0" "the kept zeros restored"
+	ocicp create zmid "$sparse"
+	run_nerdctl rm -f zmid
+	ocicp memory --json "$sparse"
+	[ "$(jq .pages_files_zero_bytes <<<"$output")" -le $((1 << 20)) ] ||
+		die "the default image still stores $(jq .pages_files_zero_bytes <<<"$output") bytes of zero pages"
+	[ "$(jq .pages_files_bytes <<<"$output")" -le $((kept_pages - (47 << 20))) ] ||
+		die "the default image's pages ($(jq .pages_files_bytes <<<"$output")) are not 48 MiB under the kept ones ($kept_pages)"
+
+	run_nerdctl run -d --name zdst -p "127.0.0.1:$port:30000" "$sparse"
+	wait_for "the restored engine to answer" 60 engine GET "$port" /state
+	is "$(state_of "$port" pid)" "$pid0" "same engine process"
+	is "$(engine GET "$port" "/state?verify=1" | jq -r .state_sha256)" "$sum0" "the state, zeros and all, restored from the image without them"
+	weights_intact "$port" zdst
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$text0" "greedy output after restore"
 }
 
 @test "checkpointctl inspects the checkpoint archive" {

@@ -37,6 +37,7 @@ var createCmd = &cli.Command{
 		&cli.BoolFlag{Name: "stop-at-dump", Usage: "stop the container with the dump, not once the image is written: faster for an engine that keeps its weights on the GPU, but a failed packaging loses the engine"},
 		&cli.StringFlag{Name: "output", Usage: "oci-archive:PATH writes an OCI archive instead of storing the image"},
 		&cli.StringFlag{Name: "work-dir", Usage: "where the checkpoint is assembled (needs room for it; default $TMPDIR)"},
+		&cli.BoolFlag{Name: "keep-zero-pages", Usage: "store the pages of zeros of the processes' private memory as CRIU dumped them (by default they are left out: a restore maps fresh memory, which reads as zeros)"},
 		&cli.StringFlag{Name: "compression", Value: checkpoint.CompressionNone, Usage: "checkpoint layer compression: none (fastest to write and restore) or zstd (smaller to push and pull)"},
 		&cli.StringFlag{Name: "fallback", Value: annotations.FallbackNone, Usage: "what a host that cannot restore the image does (CPU flags, GPUs, driver): cold starts the container afresh from its base image, none fails the restore"},
 		&cli.StringFlag{Name: "sign-key", Usage: "sign the image with this Ed25519 private key (PEM, PKCS#8: 'openssl genpkey -algorithm ed25519 -out FILE'), for hosts whose containerd requires a signature (checkpoint_restore_require_signature; see docs/operations.md, \"Requiring a signature\")"},
@@ -56,7 +57,7 @@ var createCmd = &cli.Command{
 			HealthTimeout: cc.Duration("health-timeout"), QuiesceTimeout: cc.Duration("quiesce-timeout"),
 			WakeDeadline: cc.Duration("wake-deadline"), WakeBinary: cc.String("wake-binary"),
 			LeaveRunning: cc.Bool("leave-running"), WorkDir: cc.String("work-dir"), Progress: os.Stderr,
-			Compression: cc.String("compression"), Version: version, StopAtDump: cc.Bool("stop-at-dump"),
+			Compression: cc.String("compression"), KeepZeroPages: cc.Bool("keep-zero-pages"), Version: version, StopAtDump: cc.Bool("stop-at-dump"),
 			Fallback: cc.String("fallback"),
 		}
 		if f := cc.String("sign-key"); f != "" {

@@ -55,6 +55,9 @@ type Options struct {
 	// Compression of the checkpoint layer: CompressionNone (default) or
 	// CompressionZstd.
 	Compression string
+	// KeepZeroPages packages CRIU's pages as it wrote them; by default the
+	// pages of zeros in private anonymous memory are left out (pkg/sparse).
+	KeepZeroPages bool
 	// Fallback is what a restorer does on a host that cannot restore the
 	// image: annotations.FallbackCold records it on the manifest;
 	// annotations.FallbackNone or "" records nothing (the restore fails).

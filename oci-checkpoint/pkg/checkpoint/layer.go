@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
@@ -22,6 +23,7 @@ import (
 
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/progress"
+	"rekindle.local/oci-checkpoint/pkg/sparse"
 )
 
 // Compression names the checkpoint layer's compression.
@@ -44,6 +46,18 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 	total, err := dirSize(dir)
 	if err != nil {
 		return ocispec.Descriptor{}, "", err
+	}
+	var plan *sparse.Plan
+	if !o.KeepZeroPages {
+		// CRIU's own images, so a failure here is a bug of ours: say so, and
+		// package what CRIU wrote.
+		if plan, err = sparse.Make(filepath.Join(dir, crmetadata.CheckpointDirectory)); err != nil {
+			log.G(ctx).WithError(err).Warn("pages of zeros kept: the dump's images could not be planned without them")
+			plan = nil
+		} else {
+			total -= plan.Dropped
+			log.G(ctx).Debugf("pages of zeros left out: %d bytes", plan.Dropped)
+		}
 	}
 	ref := "rekindle-layer-" + randomID()
 	dst, err := openLayerWriter(ctx, c, ref)
@@ -85,7 +99,7 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 		stop()
 		return ocispec.Descriptor{}, "", fmt.Errorf("compression %q: want %s or %s", o.Compression, CompressionNone, CompressionZstd)
 	}
-	err = writeTar(count.Writer(out), dir)
+	err = writeTar(count.Writer(out), dir, plan)
 	if err == nil && zw != nil {
 		err = zw.Close()
 	}
@@ -112,8 +126,10 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 }
 
 // writeTar writes dir as a tar stream: directories, regular files and
-// symlinks, with names relative to dir and no owner names.
-func writeTar(w io.Writer, dir string) error {
+// symlinks, with names relative to dir and no owner names; the files of
+// the CRIU dump that plan changes as it says.
+func writeTar(w io.Writer, dir string, plan *sparse.Plan) error {
+	criuDir := filepath.Join(dir, crmetadata.CheckpointDirectory)
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || p == dir {
@@ -139,15 +155,28 @@ func writeTar(w io.Writer, dir string) error {
 			hdr.Name += "/"
 		}
 		hdr.Uname, hdr.Gname = "", ""
+		var f io.ReadCloser
+		if fi.Mode().IsRegular() && filepath.Dir(p) == criuDir {
+			var changed bool
+			if f, hdr.Size, changed, err = plan.File(criuDir, filepath.Base(p)); err != nil {
+				return err
+			} else if !changed {
+				hdr.Size = fi.Size()
+			}
+		}
 		if err := tw.WriteHeader(hdr); err != nil {
+			if f != nil {
+				f.Close()
+			}
 			return err
 		}
 		if !fi.Mode().IsRegular() {
 			return nil
 		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
+		if f == nil {
+			if f, err = os.Open(p); err != nil {
+				return err
+			}
 		}
 		defer f.Close()
 		_, err = io.Copy(tw, f)

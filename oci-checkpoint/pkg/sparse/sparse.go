@@ -1,0 +1,344 @@
+// Package sparse leaves the pages that hold only zeros out of a CRIU dump's
+// private anonymous memory as the dump is packaged. A process's memory is
+// restored into fresh anonymous mappings, which read as zeros wherever
+// the pagemap lists no page, so such pages need not be stored, read back
+// or copied. A CUDA process checkpointed by the driver holds its GPU
+// memory in host memory, much of it zeros (1.8 GB of a vLLM EngineCore's
+// 3.8 GB, measured on an 8B model).
+//
+// The dump on disk is not changed: Make reads it and says, for each file
+// it would change, what to write instead (the pagemap anew, the pages
+// file without the dropped pages).
+package sparse
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+
+	"github.com/checkpoint-restore/go-criu/v8/crit"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/mm"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/vma"
+	"google.golang.org/protobuf/proto"
+)
+
+// CRIU's vma status bits and pagemap flags (criu/include/image.h, pagemap.h).
+const (
+	vmaRegular     = 1 << 0
+	vmaHeap        = 1 << 5
+	vmaAnonPrivate = 1 << 9
+	pageParent     = 1 << 0
+	pageLazy       = 1 << 1 // may be restored on demand; in the pages file all the same
+	pagePresent    = 1 << 2
+)
+
+var pageSize = uint64(os.Getpagesize())
+
+type run struct{ start, end uint64 } // page indices in a pages file, or addresses
+
+// Plan is what Make found: the files whose content changes and how.
+type Plan struct {
+	pagemaps map[string][]byte // base name -> the pagemap image to write
+	keep     map[string][]run  // pages file base name -> its page runs to write, in order
+	Dropped  int64             // bytes of pages left out
+}
+
+// File returns what to write for the file base (a name in the dump
+// folder): a reader of its new content and its size; ok is false for a
+// file the plan does not change.
+func (p *Plan) File(dir, base string) (r io.ReadCloser, size int64, ok bool, err error) {
+	if p == nil {
+		return nil, 0, false, nil
+	}
+	if b, found := p.pagemaps[base]; found {
+		return io.NopCloser(bytes.NewReader(b)), int64(len(b)), true, nil
+	}
+	runs, found := p.keep[base]
+	if !found {
+		return nil, 0, false, nil
+	}
+	f, err := os.Open(filepath.Join(dir, base))
+	if err != nil {
+		return nil, 0, true, err
+	}
+	var readers []io.Reader
+	for _, k := range runs {
+		n := int64((k.end - k.start) * pageSize)
+		readers = append(readers, io.NewSectionReader(f, int64(k.start*pageSize), n))
+		size += n
+	}
+	return struct {
+		io.Reader
+		io.Closer
+	}{io.MultiReader(readers...), f}, size, true, nil
+}
+
+var pagemapName = regexp.MustCompile(`^pagemap-([0-9]+)\.img$`)
+
+// Make plans the dump in dir. Only pages listed as present in this
+// dump (not in a parent's, not lazy) of private anonymous memory are
+// left out, and none of a mapping a child process may inherit from its
+// parent: CRIU restores those from the parent's pages first, and a page
+// the child's image leaves out would keep the parent's content.
+func Make(dir string) (*Plan, error) {
+	parents, err := parentsOf(dir)
+	if err != nil {
+		return nil, err
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{pagemaps: map[string][]byte{}, keep: map[string][]run{}}
+	for _, e := range ents {
+		m := pagemapName.FindStringSubmatch(e.Name())
+		if m == nil {
+			continue
+		}
+		pid64, _ := strconv.ParseUint(m[1], 10, 32)
+		if err := p.process(dir, uint32(pid64), parents); err != nil {
+			return nil, fmt.Errorf("pid %d: %w", pid64, err)
+		}
+	}
+	return p, nil
+}
+
+func (p *Plan) process(dir string, pid uint32, parents map[uint32]uint32) error {
+	img, err := decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
+	if err != nil {
+		return err
+	}
+	if len(img.Entries) == 0 {
+		return fmt.Errorf("pagemap-%d.img holds no head", pid)
+	}
+	head, ok := img.Entries[0].Message.(*pagemap.PagemapHead)
+	if !ok {
+		return fmt.Errorf("pagemap-%d.img has no head", pid)
+	}
+	pages := fmt.Sprintf("pages-%d.img", head.GetPagesId())
+	if _, done := p.keep[pages]; done {
+		return fmt.Errorf("%s is named by two pagemaps", pages)
+	}
+	droppable, err := droppableRanges(dir, pid, parents)
+	if err != nil {
+		return err
+	}
+	f, err := os.Open(filepath.Join(dir, pages))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+
+	for _, ce := range img.Entries[1:] {
+		pe, ok := ce.Message.(*pagemap.PagemapEntry)
+		if !ok || pe.Flags == nil || (pe.GetFlags()&^pageLazy != pagePresent && pe.GetFlags() != pageParent) {
+			return nil // an old image, flags of another CRIU: left as CRIU wrote it
+		}
+	}
+	out := []*crit.CriuEntry{img.Entries[0]}
+	var keep []run
+	var index uint64 // the entry's first page in the pages file
+	const chunk = 256
+	buf := make([]byte, chunk*pageSize)
+	for _, ce := range img.Entries[1:] {
+		pe := ce.Message.(*pagemap.PagemapEntry)
+		if pe.GetFlags() == pageParent {
+			out = append(out, ce) // in the parent's pages, not this file's
+			continue
+		}
+		n := pe.GetNrPages()
+		if n == 0 {
+			n = uint64(pe.GetCompatNrPages())
+		}
+		va := pe.GetVaddr()
+		// Split the entry where it leaves out pages of zeros.
+		start := uint64(0) // first page of the part being kept, within the entry
+		flush := func(end uint64) {
+			if end > start {
+				out = append(out, entry(va+start*pageSize, end-start, pe.GetFlags()))
+				keep = appendRun(keep, run{index + start, index + end})
+			}
+		}
+		for _, d := range within(droppable, va, va+n*pageSize) {
+			for c := d.start; c < d.end; c += chunk {
+				m := min(chunk, d.end-c)
+				if _, err := f.ReadAt(buf[:m*pageSize], int64((index+c)*pageSize)); err != nil {
+					return fmt.Errorf("%s: pages %d-%d: %w", pages, index+c, index+c+m, err)
+				}
+				for k := uint64(0); k < m; k++ {
+					if allZero(buf[k*pageSize : (k+1)*pageSize]) {
+						flush(c + k)
+						start = c + k + 1
+						p.Dropped += int64(pageSize)
+					}
+				}
+			}
+		}
+		flush(n)
+		index += n
+	}
+	if fi, err := f.Stat(); err != nil {
+		return err
+	} else if uint64(fi.Size()) != index*pageSize {
+		return fmt.Errorf("%s holds %d bytes, its pagemap lists %d", pages, fi.Size(), index*pageSize)
+	}
+	enc, err := encode(&crit.CriuImage{Magic: img.Magic, Entries: out})
+	if err != nil {
+		return fmt.Errorf("pagemap-%d.img: %w", pid, err)
+	}
+	p.pagemaps[fmt.Sprintf("pagemap-%d.img", pid)] = enc
+	p.keep[pages] = keep
+	return nil
+}
+
+func entry(va, n uint64, flags uint32) *crit.CriuEntry {
+	var compat uint32
+	return &crit.CriuEntry{Message: &pagemap.PagemapEntry{Vaddr: &va, NrPages: &n, CompatNrPages: &compat, Flags: &flags}}
+}
+
+func appendRun(runs []run, r run) []run {
+	if k := len(runs); k > 0 && runs[k-1].end == r.start {
+		runs[k-1].end = r.end
+		return runs
+	}
+	return append(runs, r)
+}
+
+// droppableRanges: the address ranges of pid's private anonymous mappings
+// (heap included) that no child can inherit from its parent.
+func droppableRanges(dir string, pid uint32, parents map[uint32]uint32) ([]run, error) {
+	own, err := vmasOf(dir, pid)
+	if err != nil {
+		return nil, err
+	}
+	var parentVMAs []*vma.VmaEntry
+	if pp, ok := parents[pid]; ok {
+		if parentVMAs, err = vmasOf(dir, pp); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+	var out []run
+	for _, v := range own {
+		if !anonPrivate(v) || sharedWithParent(v, parentVMAs) {
+			continue
+		}
+		out = append(out, run{v.GetStart(), v.GetEnd()})
+	}
+	return out, nil
+}
+
+func anonPrivate(v *vma.VmaEntry) bool {
+	st := v.GetStatus()
+	return st&(vmaRegular|vmaAnonPrivate) == vmaRegular|vmaAnonPrivate && st&^(vmaRegular|vmaAnonPrivate|vmaHeap) == 0
+}
+
+// sharedWithParent: CRIU gives a child the parent's mapping, pages and
+// all, where both have a private anonymous one of the same bounds.
+func sharedWithParent(v *vma.VmaEntry, parent []*vma.VmaEntry) bool {
+	for _, pv := range parent {
+		if pv.GetStart() == v.GetStart() && pv.GetEnd() == v.GetEnd() && anonPrivate(pv) {
+			return true
+		}
+	}
+	return false
+}
+
+// within: the parts of ranges (sorted, apart) inside [start, end), as page
+// indices from start.
+func within(ranges []run, start, end uint64) []run {
+	var out []run
+	i := sort.Search(len(ranges), func(i int) bool { return ranges[i].end > start })
+	for ; i < len(ranges) && ranges[i].start < end; i++ {
+		a, b := max(ranges[i].start, start), min(ranges[i].end, end)
+		if a < b {
+			out = append(out, run{(a - start) / pageSize, (b - start) / pageSize})
+		}
+	}
+	return out
+}
+
+func allZero(b []byte) bool {
+	for len(b) >= 8 {
+		if binary.NativeEndian.Uint64(b) != 0 {
+			return false
+		}
+		b = b[8:]
+	}
+	for _, c := range b {
+		if c != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+func vmasOf(dir string, pid uint32) ([]*vma.VmaEntry, error) {
+	img, err := decode(dir, fmt.Sprintf("mm-%d.img", pid), &mm.MmEntry{})
+	if err != nil {
+		return nil, err
+	}
+	if len(img.Entries) == 0 {
+		return nil, fmt.Errorf("mm-%d.img holds no entry", pid)
+	}
+	m, ok := img.Entries[0].Message.(*mm.MmEntry)
+	if !ok {
+		return nil, fmt.Errorf("mm-%d.img holds no mm entry", pid)
+	}
+	vmas := m.GetVmas()
+	if !sort.SliceIsSorted(vmas, func(i, j int) bool { return vmas[i].GetStart() < vmas[j].GetStart() }) {
+		return nil, fmt.Errorf("mm-%d.img: mappings out of order", pid)
+	}
+	return vmas, nil
+}
+
+// parentsOf: each process's parent, from the process tree.
+func parentsOf(dir string) (map[uint32]uint32, error) {
+	img, err := decode(dir, "pstree.img", &pstree.PstreeEntry{})
+	if err != nil {
+		return nil, fmt.Errorf("read the process tree: %w", err)
+	}
+	out := map[uint32]uint32{}
+	for _, e := range img.Entries {
+		if p, ok := e.Message.(*pstree.PstreeEntry); ok && p.GetPpid() != 0 {
+			out[p.GetPid()] = p.GetPpid()
+		}
+	}
+	return out, nil
+}
+
+func decode(dir, name string, entry proto.Message) (*crit.CriuImage, error) {
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	img, err := crit.New(f, nil, "", false, false).Decode(entry)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	return img, nil
+}
+
+// encode writes img as CRIU does, through crit, to a temporary file (crit
+// writes to files only) and returns its bytes.
+func encode(img *crit.CriuImage) ([]byte, error) {
+	f, err := os.CreateTemp("", "rekindle-pagemap-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.Remove(f.Name())
+	defer f.Close()
+	if err := crit.New(nil, f, "", false, false).Encode(img); err != nil {
+		return nil, err
+	}
+	return os.ReadFile(f.Name())
+}
