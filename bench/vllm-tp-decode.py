@@ -9,6 +9,14 @@ otherwise one after the other. Once both serve, each is measured alone:
 one stream of --tokens tokens, then --batch streams at once. Prints one
 JSON object; exit 1 when a server does not start (its log's tail shown).
 
+--against shm measures instead against the settings with NCCL's shared-memory
+transport left on (host buffers shared by the workers, no GPU memory).
+--checkpoint-in-place then puts each server to sleep (level 1), runs
+cuda-checkpoint lock, checkpoint, restore and unlock on all its CUDA
+processes at once, wakes it and says whether its greedy tokens and decode
+speed came back: whether that configuration survives the driver's
+checkpoint, before any CRIU.
+
 Environment: ENGINE_SITE (vLLM's site folder; default /var/tmp/vllm-site),
 PYTHON (the host's python3 with torch). docs/multi-gpu.md reads the result.
 """
@@ -16,6 +24,7 @@ import argparse
 import concurrent.futures
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -29,6 +38,8 @@ WEIGHTS = os.path.abspath(os.path.join(HERE, "..", "images", "weights"))
 DEFAULT_ENV = {"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0", "NCCL_NVLS_ENABLE": "2",
                "NCCL_CUMEM_ENABLE": "0",  # vLLM's own default (vllm/env_override.py)
                "VLLM_ALLREDUCE_USE_SYMM_MEM": "1"}
+# serve.py's settings but NCCL's shared-memory transport.
+SHM_ENV = {"NCCL_SHM_DISABLE": "0"}
 
 
 def start(name, gpus, port, args, extra_env, logdir):
@@ -37,6 +48,7 @@ def start(name, gpus, port, args, extra_env, logdir):
                # What the vllm-engine image sets (images/gpu-engine/build.sh); the weight
                # set client beside the plugin, as in the image.
                VLLM_USE_FLASHINFER_SAMPLER="0", VLLM_HOST_IP="127.0.0.1", VLLM_NO_USAGE_STATS="1",
+               VLLM_SERVER_DEV_MODE="1",  # /sleep and /wake_up
                ENGINE_SITE=os.environ.get("ENGINE_SITE", "/var/tmp/vllm-site") + ":" + WEIGHTS)
     # One compile cache each: two servers compiling at once into one cache race.
     env["VLLM_CACHE_ROOT"] = os.path.join(os.path.abspath(logdir), f"{name}-cache")
@@ -97,6 +109,56 @@ def measure(s, args):
             f"batch_{args.batch}_tok_s": round(batch, 1)}
 
 
+def greedy(port):
+    body = {"model": call(port, "/v1/models")["data"][0]["id"], "prompt": "Rekindle restores",
+            "max_tokens": 32, "temperature": 0, "ignore_eos": True}
+    return call(port, "/v1/completions", body)["choices"][0]["text"]
+
+
+def cuda_pids(sid):
+    """The processes of the server's session that have the CUDA driver mapped."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                session = int(f.read().rsplit(")", 1)[1].split()[4])
+            with open(f"/proc/{d}/maps") as f:
+                if session == sid and "libcuda.so" in f.read():
+                    out.append(int(d))
+        except (OSError, ValueError, IndexError):
+            continue
+    return sorted(out)
+
+
+def in_place(s, args):
+    """Sleep, cuda-checkpoint every CUDA process of the server (each step on
+    all at once), wake; what came back."""
+    tool = shutil.which("cuda-checkpoint") or "/opt/rekindle/bin/cuda-checkpoint"
+    port = s["port"]
+    before = greedy(port)
+    call(port, "/sleep?level=1", {})
+    pids = cuda_pids(s["proc"].pid)
+    out = {"cuda_processes": len(pids)}
+    for action in ("lock", "checkpoint", "restore", "unlock"):
+        extra = ["--device-map", "none"] if action == "restore" else []
+        t = time.monotonic()
+        with concurrent.futures.ThreadPoolExecutor(len(pids) or 1) as ex:
+            procs = list(ex.map(lambda p: subprocess.run([tool, "--action", action, "--pid", str(p)] + extra,
+                                                         capture_output=True, text=True), pids))
+        out[f"{action}_s"] = round(time.monotonic() - t, 2)
+        failed = [f"pid {p}: {r.stderr.strip() or r.returncode}" for p, r in zip(pids, procs) if r.returncode]
+        if failed:
+            out["failed"] = f"{action}: " + "; ".join(failed)
+            return out
+    call(port, "/wake_up", {})
+    out["same_tokens"] = greedy(port) == before
+    n, secs = complete(port, args.tokens, "Rekindle restores warm GPU engines")
+    out["one_stream_tok_s_after"] = round(n / secs, 1)
+    return out
+
+
 def stop(s):
     try:
         os.killpg(s["proc"].pid, 15)
@@ -114,12 +176,16 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--logs", default=".")
     ap.add_argument("--timeout", type=int, default=420, help="seconds for a server to start")
+    ap.add_argument("--against", choices=("default", "shm"), default="default",
+                    help="the second server: NCCL's and vLLM's own choices, or the settings with NCCL's SHM on")
+    ap.add_argument("--checkpoint-in-place", action="store_true",
+                    help="then cuda-checkpoint each server's processes in place and say what came back")
     args = ap.parse_args()
     ngpu = args.gpus or len(subprocess.check_output(["nvidia-smi", "-L"], text=True).splitlines())
     if ngpu < args.tp:
         sys.exit(f"vllm-tp-decode: tensor parallel {args.tp} needs {args.tp} GPUs, this host has {ngpu}")
     os.makedirs(args.logs, exist_ok=True)
-    kinds = [("checkpointable", {}), ("default", DEFAULT_ENV)]
+    kinds = [("checkpointable", {}), ("default", DEFAULT_ENV) if args.against == "default" else ("shm", SHM_ENV)]
     together = ngpu >= 2 * args.tp
     result = {"model": args.model, "tp": args.tp, "started_together": together}
     servers = []
@@ -132,6 +198,8 @@ def main():
                 if not wait_ready(s, time.monotonic() + args.timeout):
                     return 1
                 result[name] = measure(s, args)
+                if args.checkpoint_in_place:
+                    result[name]["in_place"] = in_place(s, args)
                 stop(s)
         if together:
             for s in servers:
@@ -139,13 +207,18 @@ def main():
                     return 1
             for s in servers:
                 result[s["name"]] = measure(s, args)
+        if args.checkpoint_in_place:
+            for s in servers:
+                if s["proc"].poll() is None:
+                    result[s["name"]]["in_place"] = in_place(s, args)
     finally:
         for s in servers:
             if s["proc"].poll() is None:
                 stop(s)
     k = f"batch_{args.batch}_tok_s"
-    result["cost"] = {m: round(1 - result["checkpointable"][m] / result["default"][m], 3)
-                      for m in ("one_stream_tok_s", k)}
+    other = kinds[1][0]
+    result["cost_against_" + other] = {m: round(1 - result["checkpointable"][m] / result[other][m], 3)
+                                       for m in ("one_stream_tok_s", k)}
     print(json.dumps(result, indent=1))
     return 0
 
