@@ -64,7 +64,7 @@ def start(name, gpus, port, args, extra_env, logdir):
 
 def call(port, path, body=None, timeout=600):
     req = urllib.request.Request(f"http://127.0.0.1:{port}{path}",
-                                 data=json.dumps(body).encode() if body else None,
+                                 data=None if body is None else json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read() or b"null")
@@ -159,6 +159,15 @@ def in_place(s, args):
     return out
 
 
+def in_place_or_error(s, args):
+    """in_place, or what failed: the decode numbers already measured are
+    printed either way."""
+    try:
+        return in_place(s, args)
+    except OSError as err:  # urllib's errors, a server that died
+        return {"failed": f"{type(err).__name__}: {err}"}
+
+
 def stop(s):
     try:
         os.killpg(s["proc"].pid, 15)
@@ -199,7 +208,7 @@ def main():
                     return 1
                 result[name] = measure(s, args)
                 if args.checkpoint_in_place:
-                    result[name]["in_place"] = in_place(s, args)
+                    result[name]["in_place"] = in_place_or_error(s, args)
                 stop(s)
         if together:
             for s in servers:
@@ -210,7 +219,7 @@ def main():
         if args.checkpoint_in_place:
             for s in servers:
                 if s["proc"].poll() is None:
-                    result[s["name"]]["in_place"] = in_place(s, args)
+                    result[s["name"]]["in_place"] = in_place_or_error(s, args)
     finally:
         for s in servers:
             if s["proc"].poll() is None:
