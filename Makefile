@@ -58,6 +58,7 @@ PIN_erofs         = $(EROFS_UTILS_DEB_VERSION) $(EROFS_UTILS_SHA256)
 BUILD_EXTRA :=
 UNIT_TESTS :=
 -include images/images.mk
+-include integrations/integrations.mk
 
 CUDA_CHECKPOINT_SRC := $(wildcard oci-checkpoint/cuda-checkpoint/*.[ch]) oci-checkpoint/cuda-checkpoint/Makefile
 $(BIN)/cuda-checkpoint: $(CUDA_CHECKPOINT_SRC)

@@ -25,11 +25,11 @@
 #                        or vllm (the vllm-engine image: the host's vLLM on REKINDLE_VLLM_MODEL,
 #                        checkpointed with --engine vllm; vLLM from REKINDLE_VLLM_SITE)
 #   GPU_BENCH_VLLM_ARGS  vllm: more vllm serve flags (--max-model-len 2048 --gpu-memory-utilization 0.4)
-#   GPU_BENCH_VLLM_SHAPE vllm: the model's shape, images/vllm/make-model.py --shape (qwen2-1b; qwen3-8b is
+#   GPU_BENCH_VLLM_SHAPE vllm: the model's shape, tests/gpu/make-model.py --shape (qwen2-1b; qwen3-8b is
 #                        16.4 GB), made in REKINDLE_VLLM_MODEL (/var/tmp/rekindle-vllm-model, or
 #                        /var/tmp/rekindle-vllm-SHAPE for another shape) when absent; with
 #                        GPU_BENCH_WEIGHT_SET=1 the set is loaded from that folder and vLLM reads it
-#                        through images/vllm/rekindle_vllm.py
+#                        through integrations/vllm/rekindle_vllm.py
 #   GPU_BENCH_GB         model size, ENGINE_PARAMS_GB (8: Qwen2.5-7B shapes, 12 layers; 1 for transformers)
 #   GPU_BENCH_PORT       engine port on the host network (30000)
 #   GPU_BENCH_H2D_MB     bytes copied per host-to-device measure (1024)
@@ -112,8 +112,8 @@ if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
 	PYTHONPATH=$vllm_site "$py" -c 'import vllm' 2>/dev/null ||
 		die "no vLLM importable from $vllm_site: install vLLM 0.24.0 there (images/README.md, vLLM engine) or set REKINDLE_VLLM_SITE"
 	site=$vllm_site
-	[ -f "$vllm_model/config.json" ] || "$py" "$root/images/vllm/make-model.py" --shape "$vllm_shape" "$vllm_model" ||
-		die "images/vllm/make-model.py failed"
+	[ -f "$vllm_model/config.json" ] || "$py" "$root/tests/gpu/make-model.py" --shape "$vllm_shape" "$vllm_model" ||
+		die "tests/gpu/make-model.py failed"
 elif ! "$py" -c 'import torch_memory_saver' 2>/dev/null; then
 	wheels=${REKINDLE_WHEELS:-$root/.whl}
 	whl=$(ls "$wheels"/torch_memory_saver-*.whl 2>/dev/null | tail -1)

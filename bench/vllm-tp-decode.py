@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """vllm-tp-decode.py MODEL: what the multi-GPU checkpoint settings cost in
 decode speed. Two tensor-parallel vLLM servers of MODEL run on the host
-(images/vllm/serve.py, vLLM from ENGINE_SITE): "checkpointable" with the
+(integrations/vllm/serve.py, vLLM from ENGINE_SITE): "checkpointable" with the
 settings serve.py sets (NCCL's P2P, SHM and NVLS off, custom all-reduce
 and symmetric memory off), "default" with NCCL's and vLLM's own choices.
 With 2 x TP GPUs both start at once on GPUs 0..TP-1 and TP..2TP-1;

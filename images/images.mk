@@ -2,14 +2,14 @@
 # `ctr images import` and `nerdctl load` read: the offline Debian base image
 # (base.tar), the CPU reference engine (cpu-engine.tar), the GPU reference
 # engine (gpu-engine.tar), the same engine on transformers (hf-engine.tar)
-# and on the host's vLLM (vllm-engine.tar). The SGLang and vLLM Dockerfiles
-# beside them are not built here. Included by the top Makefile (run make from
-# the repo root).
+# and on the host's vLLM (vllm-engine.tar), which carries integrations/vllm's
+# serve.py and plugin. These are the reference engines: the demo's, the
+# tests' and the benchmarks'. Included by the top Makefile (run make from the
+# repo root).
 #
 #   make images        build the five archives (a second run rebuilds nothing)
-#   make test-images   unit tests of the CPU and GPU engines, of the weight set
-#                      client images/weights/ and of vLLM's serve.py and plugin
-#                      (plain python3, no containers)
+#   make test-images   unit tests of the CPU and GPU engines (plain python3, no
+#                      containers)
 
 IMAGES_SRC           := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 IMAGES_OUT           ?= $(or $(BUILDDIR),build)/images
@@ -28,7 +28,7 @@ GPU_ENGINE_PARAMS_GB ?= 1
 # The same engine with transformers' model code, torch.compile and CUDA graphs.
 HF_ENGINE_IMAGE_REF  ?= rekindle.local/hf-engine:latest
 HF_ENGINE_IMAGE_TAR  := $(IMAGES_OUT)/hf-engine.tar
-# The same base running the host's vLLM (images/vllm/serve.py) on a bound model.
+# The same base running the host's vLLM (integrations/vllm/serve.py) on a bound model.
 VLLM_ENGINE_IMAGE_REF ?= rekindle.local/vllm-engine:latest
 VLLM_ENGINE_IMAGE_TAR := $(IMAGES_OUT)/vllm-engine.tar
 
@@ -61,7 +61,7 @@ $(CPU_ENGINE_IMAGE_TAR): $(BASE_IMAGE_TAR) $(IMAGES_OUT)/.params-cpu-engine \
 		ENGINE_WEIGHTS_MB=$(ENGINE_WEIGHTS_MB) $(IMAGES_SRC)/cpu-engine/build.sh $(BASE_IMAGE_TAR) $@
 
 GPU_ENGINE_FILES := $(addprefix $(IMAGES_SRC)/gpu-engine/,build.sh server.py hf_model.py launch.sh host-python.sh cc) \
-		$(IMAGES_SRC)/engine_http.py $(IMAGES_SRC)/weights/rekindle_weights.py $(IMAGES_SRC)/lib.sh
+		$(IMAGES_SRC)/engine_http.py integrations/weights/rekindle_weights.py $(IMAGES_SRC)/lib.sh
 
 $(GPU_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-gpu-engine $(GPU_ENGINE_FILES)
 	GPU_ENGINE_IMAGE_REF=$(GPU_ENGINE_IMAGE_REF) \
@@ -71,12 +71,10 @@ $(HF_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-hf-engine $(GPU_ENGINE_FILES)
 	GPU_ENGINE_BACKEND=transformers GPU_ENGINE_IMAGE_REF=$(HF_ENGINE_IMAGE_REF) \
 		GPU_ENGINE_PARAMS_GB=$(GPU_ENGINE_PARAMS_GB) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
-$(VLLM_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-vllm-engine $(GPU_ENGINE_FILES) $(IMAGES_SRC)/vllm/serve.py \
-		$(IMAGES_SRC)/vllm/rekindle_vllm.py $(wildcard $(IMAGES_SRC)/vllm/rekindle_vllm-1.0.dist-info/*)
+$(VLLM_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-vllm-engine $(GPU_ENGINE_FILES) integrations/vllm/serve.py \
+		integrations/vllm/rekindle_vllm.py $(wildcard integrations/vllm/rekindle_vllm-1.0.dist-info/*)
 	GPU_ENGINE_BACKEND=vllm GPU_ENGINE_IMAGE_REF=$(VLLM_ENGINE_IMAGE_REF) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
-test-images: ## unit tests of the CPU and GPU reference engines, the weight set client and vLLM's serve.py and plugin (plain python3; torch and CUDA tests skip without them)
+test-images: ## unit tests of the CPU and GPU reference engines (plain python3; torch and CUDA tests skip without them)
 	cd $(IMAGES_SRC)/cpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
 	cd $(IMAGES_SRC)/gpu-engine && python3 -m pytest -q -p no:cacheprovider test_engine.py
-	cd $(IMAGES_SRC)/weights && python3 -B -m unittest test_rekindle_weights
-	cd $(IMAGES_SRC)/vllm && python3 -B -m unittest test_serve test_rekindle_vllm

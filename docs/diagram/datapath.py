@@ -217,7 +217,7 @@ BOXES = [
      "Where the engine's weights are a weight set (--device rekindle.dev/weights=NAME), the host service "
      "keeps them in a tmpfs the engine maps and registers with CUDA once, kept mapped across the "
      "checkpoint; the CDI hook loads a missing set before CRIU maps it; the resume copies at PCIe speed.",
-     ["oci-checkpoint/pkg/weights/", "oci-checkpoint/cmd/rekindle-weights/", "images/weights/"]),
+     ["oci-checkpoint/pkg/weights/", "oci-checkpoint/cmd/rekindle-weights/", "integrations/weights/"]),
 ]
 
 # Patches around the restore rather than in one step of it.

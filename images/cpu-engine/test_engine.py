@@ -104,7 +104,8 @@ def test_state_verify_hashes_the_weights_in_memory(engine, weights):
     code, st, _ = call(base + "/state?verify=1")
     assert code == 200
     assert st["memory_sha256"] == weights[1]
-    assert set(st) - set(plain) == {"memory_sha256"}
+    assert set(st) - set(plain) == {"memory_sha256", "state_sha256"}
+    assert st["state_sha256"] == hashlib.sha256(b"\xa5" * (8 << 20)).hexdigest()
     assert "memory_sha256" not in call(base + "/state?verify=0")[1]
 
 
@@ -212,3 +213,10 @@ def test_check_subcommand(engine):
     base, _ = engine
     assert server.check(base + "/health") == 0
     assert server.check(base + "/nope") == 1
+
+
+def test_state_half_zero_zeros_every_other_mib(weights):
+    e = server.Engine(weights[0], state_mb=5, tick_ms=1000, state_half_zero=True)
+    mib = 1 << 20
+    assert [bytes(e.state[i * mib:(i + 1) * mib]) == bytes(mib) for i in range(5)] == [False, True, False, True, False]
+    assert e.state[0] == 0xa5 and e.state[4 * mib] == 0xa5

@@ -9,7 +9,7 @@
 # rekindle.local/gpu-engine:latest.
 #
 # GPU_ENGINE_BACKEND=vllm builds rekindle.local/vllm-engine:latest: the
-# transformers image's files plus /engine/vllm_serve.py (images/vllm/serve.py),
+# transformers image's files plus /engine/vllm_serve.py (integrations/vllm/serve.py),
 # which runs the host's vLLM on the model bound at /models/model.
 #
 # GPU_ENGINE_BACKEND=transformers builds rekindle.local/hf-engine:latest
@@ -74,14 +74,14 @@ if [ "$backend" != reference ]; then
 		--config.env TRITON_CACHE_DIR=/var/cache/engine/triton)
 fi
 if [ "$backend" = vllm ]; then
-	# vLLM from the host, the model bound at /models/model (images/vllm/serve.py).
+	# vLLM from the host, the model bound at /models/model (integrations/vllm/serve.py).
 	# Dev mode serves /sleep, /wake_up and /server_info for the checkpoint;
 	# no flashinfer is assumed; vLLM's rendezvous on loopback; no usage
 	# reports; its compile cache in the container, as inductor's.
-	install -m 0755 "$here/../vllm/serve.py" "$root/engine/vllm_serve.py"
+	install -m 0755 "$here/../../integrations/vllm/serve.py" "$root/engine/vllm_serve.py"
 	# The weight set loader, a vLLM plugin found by its entry point.
-	install -m 0644 "$here/../vllm/rekindle_vllm.py" "$root/engine/rekindle_vllm.py"
-	install -D -m 0644 -t "$root/engine/rekindle_vllm-1.0.dist-info" "$here/../vllm/rekindle_vllm-1.0.dist-info/"*
+	install -m 0644 "$here/../../integrations/vllm/rekindle_vllm.py" "$root/engine/rekindle_vllm.py"
+	install -D -m 0644 -t "$root/engine/rekindle_vllm-1.0.dist-info" "$here/../../integrations/vllm/rekindle_vllm-1.0.dist-info/"*
 	mkdir -p "$root/models/model"
 	profile=vllm port=8000
 	desc="vLLM's OpenAI API server on the model bound at /models/model; runs the host's Python, PyTorch and vLLM"
@@ -91,8 +91,8 @@ if [ "$backend" = vllm ]; then
 		--config.env VLLM_HOST_IP=127.0.0.1 --config.env VLLM_NO_USAGE_STATS=1 --config.env DO_NOT_TRACK=1
 		--config.env VLLM_CACHE_ROOT=/var/cache/engine/vllm --config.env HOME=/root)
 fi
-# The weight set client (images/weights/): server.py imports it from beside itself.
-install -m 0644 "$here/../weights/rekindle_weights.py" "$root/engine/rekindle_weights.py"
+# The weight set client (integrations/weights/): server.py imports it from beside itself.
+install -m 0644 "$here/../../integrations/weights/rekindle_weights.py" "$root/engine/rekindle_weights.py"
 find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 layer_tar "$root" "$work/layer.tar"
 

@@ -12,7 +12,7 @@ A real PyTorch transformer behind the CPU reference engine's HTTP API
   on every later start and on every resume; a GPU-side checksum of the
   loaded tensors must match the one recorded in the file's metadata.
 - or from a Rekindle weight set (ENGINE_WEIGHT_SET, e.g. /rekindle/weights/NAME,
-  see images/weights/): mapped and registered once at start, copied from on
+  see integrations/weights/): mapped and registered once at start, copied from on
   every resume at PCIe speed; when it is absent, not loaded or holds other
   weights, from the file, with one log line saying why. /state reports each
   reload's source, bytes, seconds and GB/s.
@@ -265,13 +265,14 @@ def file_checksum(path):
 # ---- weight sets (rekindle-weights), chosen without torch -------------------
 
 def weight_set_module():
-    """images/weights/rekindle_weights.py: beside server.py in the image
-    (/engine), in ../weights in the repo; None when neither has it."""
+    """integrations/weights/rekindle_weights.py: beside server.py in the image
+    (/engine), in ../../integrations/weights in the repo; None when neither
+    has it."""
     try:
         import rekindle_weights
         return rekindle_weights
     except ImportError:
-        d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "weights")
+        d = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "integrations", "weights")
         if not os.path.isfile(os.path.join(d, "rekindle_weights.py")):
             return None
         sys.path.append(os.path.abspath(d))

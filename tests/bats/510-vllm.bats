@@ -1,5 +1,5 @@
 #!/usr/bin/env bats
-# GPU: a real vLLM server (images/vllm/serve.py in the vllm-engine image,
+# GPU: a real vLLM server (integrations/vllm/serve.py in the vllm-engine image,
 # the host's Python, torch and vLLM bound in) checkpointed with
 # `oci-checkpoint create --engine vllm` and restored with a plain
 # `nerdctl run`: first restore, a cached one beside it (sleep level 2, the
@@ -14,7 +14,7 @@
 #
 #   REKINDLE_VLLM_SITE   host folder holding vLLM (pip install --target; default /var/tmp/vllm-site)
 #   REKINDLE_VLLM_MODEL  model folder (default /var/tmp/rekindle-vllm-model; made by
-#                        images/vllm/make-model.py when absent: Qwen2, 1.15 B parameters, random weights)
+#                        tests/gpu/make-model.py when absent: Qwen2, 1.15 B parameters, random weights)
 #   REKINDLE_VLLM_ARGS   more vllm serve flags (default: --max-model-len 2048 --gpu-memory-utilization 0.4)
 #   REKINDLE_VLLM_BIG_SHAPE  the real-size model's shape (make-model.py --shape; default qwen3-8b, 16.4 GB)
 #   REKINDLE_VLLM_FRESH_NODE 0 leaves out the real-size test's fresh node (pull and restore on a second
@@ -86,7 +86,7 @@ vllm_setup() {
 		done
 		[ -f "$tar" ] || die "vllm-engine.tar is in neither $IMAGES nor $BIN/../images: run 'make build/images/vllm-engine.tar'"
 		run_nerdctl load -i "$tar"
-		[ -f "$MODEL/config.json" ] || run_cmd "$HOST_PY" "$REKINDLE_ROOT/images/vllm/make-model.py" "$MODEL"
+		[ -f "$MODEL/config.json" ] || run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" "$MODEL"
 		PYTHONPATH=$SITE "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
 			>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
 		say "vLLM $(PYTHONPATH=$SITE "$HOST_PY" -c 'import vllm; print(vllm.__version__)') from $SITE, model $MODEL"
@@ -211,7 +211,7 @@ same_as_before() {
 	is "$(grep '^inductor' "$BATS_TEST_TMPDIR/$name.inside")" "$(grep '^inductor' "$BATS_FILE_TMPDIR/inside")" \
 		"$name: compile caches unchanged after two completions"
 	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$name" >"$BATS_TEST_TMPDIR/$name.log" 2>&1
-	is "$("$HOST_PY" "$REKINDLE_ROOT/images/vllm/serve.py" phases "$BATS_TEST_TMPDIR/$name.log" | jq -r .compile_lines)" 0 \
+	is "$("$HOST_PY" "$REKINDLE_ROOT/integrations/vllm/serve.py" phases "$BATS_TEST_TMPDIR/$name.log" | jq -r .compile_lines)" 0 \
 		"$name: vLLM logged no compilation after the restore"
 }
 
@@ -229,7 +229,7 @@ same_as_before() {
 	inside vllm-cold >"$BATS_FILE_TMPDIR/inside"
 	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs vllm-cold >"$BATS_TEST_TMPDIR/cold.log" 2>&1
 	local ph
-	ph=$("$HOST_PY" "$REKINDLE_ROOT/images/vllm/serve.py" phases "$BATS_TEST_TMPDIR/cold.log")
+	ph=$("$HOST_PY" "$REKINDLE_ROOT/integrations/vllm/serve.py" phases "$BATS_TEST_TMPDIR/cold.log")
 	say "cold start: nerdctl run -> serving ${cold}s; vLLM's log: $ph"
 	[ "$(jq -r .compile_lines <<<"$ph")" -gt 0 ] || die "vLLM logged no compilation at its cold start: the test could not see one after a restore"
 	grep -q "multiprocessing.resource" "$BATS_FILE_TMPDIR/inside" || die "no multiprocessing resource tracker in the cold container: $(cat "$BATS_FILE_TMPDIR/inside")"
@@ -373,7 +373,7 @@ big_setup() {
 		case $BIG_SHAPE in qwen3-14b) want=$((30 + copies * 8)) ;; qwen3-32b) want=$((66 + copies * 12)) ;; *) want=$((17 + copies * 6)) ;; esac
 		free=$(df -BG --output=avail "$(dirname "$BIG_MODEL")" | tail -1 | tr -dc 0-9)
 		[ "$free" -ge "$want" ] || skip "making the $BIG_SHAPE model wants $want GB free in $(dirname "$BIG_MODEL"), $free GB are"
-		run_cmd "$HOST_PY" "$REKINDLE_ROOT/images/vllm/make-model.py" --shape "$BIG_SHAPE" "$BIG_MODEL"
+		run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" --shape "$BIG_SHAPE" "$BIG_MODEL"
 		say "${lines[-1]}"
 	fi
 	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
@@ -423,7 +423,7 @@ set_rate() {
 	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs vllm-big >"$BATS_TEST_TMPDIR/big-cold.log" 2>&1
 	[ -n "$(set_rate vllm-big)" ] ||
 		die "the cold start did not load from the weight set: $(grep -m3 'rekindle' "$BATS_TEST_TMPDIR/big-cold.log")"
-	say "$BIG_SHAPE cold start: nerdctl run -> serving ${cold_s}s; $(set_rate vllm-big); vLLM's phases $("$HOST_PY" "$REKINDLE_ROOT/images/vllm/serve.py" phases "$BATS_TEST_TMPDIR/big-cold.log")"
+	say "$BIG_SHAPE cold start: nerdctl run -> serving ${cold_s}s; $(set_rate vllm-big); vLLM's phases $("$HOST_PY" "$REKINDLE_ROOT/integrations/vllm/serve.py" phases "$BATS_TEST_TMPDIR/big-cold.log")"
 
 	t=$EPOCHREALTIME
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-big "$image"

@@ -24,9 +24,9 @@ gb=${WEIGHTS_CHECK_GB:-8}
 # The client's unit tests first, here where CUDA is: registration and stream
 # copies of a small set in /dev/shm (they skip on CPU-only machines).
 ulog=${OUT:-/tmp}/weights-unit.log
-if ! (cd "$root/images/weights" && TMPDIR=/dev/shm "$py" -B -m unittest -v test_rekindle_weights) >"$ulog" 2>&1; then
+if ! (cd "$root/integrations/weights" && TMPDIR=/dev/shm "$py" -B -m unittest -v test_rekindle_weights) >"$ulog" 2>&1; then
 	cat "$ulog"
-	die "images/weights unit tests failed"
+	die "integrations/weights unit tests failed"
 fi
 note "unit tests: $(grep -c ' ok$' "$ulog") ok, $(grep -c '\.\.\. skipped' "$ulog") skipped ($ulog)"
 server=$root/images/gpu-engine/server.py

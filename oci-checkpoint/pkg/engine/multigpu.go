@@ -14,7 +14,7 @@ type Setting struct {
 // MultiGPUEnv is what a vLLM of several GPU processes (tensor or pipeline
 // parallel > 1) must run with: cuda-checkpoint on driver 580 cannot
 // checkpoint GPU memory that processes share (CUDA IPC), and each of these
-// turns one such sharing off (DESIGN.md, "Known hazards"). images/vllm/serve.py
+// turns one such sharing off (DESIGN.md, "Known hazards"). integrations/vllm/serve.py
 // sets the same values.
 var MultiGPUEnv = []Setting{
 	{"NCCL_P2P_DISABLE", "1", "NCCL's peer-to-peer transport maps the other GPUs' memory by CUDA IPC"},

@@ -1,5 +1,5 @@
 """rekindle_vllm: a vLLM plugin that loads a model's weights from a Rekindle
-weight set (images/weights/, docs/weights.md) instead of the model folder.
+weight set (integrations/weights/, docs/weights.md) instead of the model folder.
 
 vLLM loads it in every process through the entry point
 vllm.general_plugins = rekindle = rekindle_vllm:register (the dist-info

@@ -1,6 +1,6 @@
 """Unit tests of rekindle_weights (stdlib unittest).
 
-    cd images/weights && python3 -m unittest -v test_rekindle_weights
+    cd integrations/weights && python3 -m unittest -v test_rekindle_weights
 
 Parsing, validation and mapping always run; the torch views need torch, the
 registration and GPU copies a CUDA device: those skip, saying so, elsewhere.
