@@ -43,6 +43,12 @@ const (
 
 var pageSize = uint64(os.Getpagesize())
 
+// minRun: the fewest pages of zeros in a row left out. Each run left out
+// splits a pagemap entry, and CRIU's restore reads each piece on its own
+// (a premapped mapping's fill reads per piece, the restorer's reads stop at
+// 256 pieces): single pages would cost more reads than they save.
+var minRun uint64 = 16
+
 type run struct{ start, end uint64 } // page indices in a pages file, or addresses
 
 // Plan is what Make found: the files whose content changes and how.
@@ -84,11 +90,12 @@ func (p *Plan) File(dir, base string) (r io.ReadCloser, size int64, ok bool, err
 
 var pagemapName = regexp.MustCompile(`^pagemap-([0-9]+)\.img$`)
 
-// Make plans the dump in dir. Only pages listed as present in this
-// dump (not in a parent's, not lazy) of private anonymous memory are
-// left out, and none of a mapping a child process may inherit from its
-// parent: CRIU restores those from the parent's pages first, and a page
-// the child's image leaves out would keep the parent's content.
+// Make plans the dump in dir. Only runs of pages stored in this dump (not
+// in a parent's) of private anonymous memory are left out, and none of a
+// mapping a child process shares with its parent: CRIU fills those from the
+// parent's pages and compares, and clears those the child does not list,
+// which would make leaving them out correct too, but that path is left as
+// CRIU dumped it (a few MiB).
 func Make(dir string) (*Plan, error) {
 	parents, err := parentsOf(dir)
 	if err != nil {
@@ -104,7 +111,10 @@ func Make(dir string) (*Plan, error) {
 		if m == nil {
 			continue
 		}
-		pid64, _ := strconv.ParseUint(m[1], 10, 32)
+		pid64, err := strconv.ParseUint(m[1], 10, 32)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", e.Name(), err)
+		}
 		if err := p.process(dir, uint32(pid64), parents); err != nil {
 			return nil, fmt.Errorf("pid %d: %w", pid64, err)
 		}
@@ -160,14 +170,8 @@ func (p *Plan) process(dir string, pid uint32, parents map[uint32]uint32) error 
 			n = uint64(pe.GetCompatNrPages())
 		}
 		va := pe.GetVaddr()
-		// Split the entry where it leaves out pages of zeros.
-		start := uint64(0) // first page of the part being kept, within the entry
-		flush := func(end uint64) {
-			if end > start {
-				out = append(out, entry(va+start*pageSize, end-start, pe.GetFlags()))
-				keep = appendRun(keep, run{index + start, index + end})
-			}
-		}
+		// The entry's runs of zeros long enough to leave out.
+		var zeros []run
 		for _, d := range within(droppable, va, va+n*pageSize) {
 			for c := d.start; c < d.end; c += chunk {
 				m := min(chunk, d.end-c)
@@ -176,14 +180,24 @@ func (p *Plan) process(dir string, pid uint32, parents map[uint32]uint32) error 
 				}
 				for k := uint64(0); k < m; k++ {
 					if allZero(buf[k*pageSize : (k+1)*pageSize]) {
-						flush(c + k)
-						start = c + k + 1
-						p.Dropped += int64(pageSize)
+						zeros = appendRun(zeros, run{c + k, c + k + 1})
 					}
 				}
 			}
 		}
-		flush(n)
+		// Split the entry around them.
+		start := uint64(0) // first page of the part being kept, within the entry
+		for _, z := range append(zeros, run{n, n}) {
+			if z.end-z.start < minRun && z.start != n {
+				continue
+			}
+			if z.start > start {
+				out = append(out, entry(va+start*pageSize, z.start-start, pe.GetFlags()))
+				keep = appendRun(keep, run{index + start, index + z.start})
+			}
+			p.Dropped += int64((z.end - z.start) * pageSize)
+			start = z.end
+		}
 		index += n
 	}
 	if fi, err := f.Stat(); err != nil {
@@ -241,8 +255,9 @@ func anonPrivate(v *vma.VmaEntry) bool {
 	return st&(vmaRegular|vmaAnonPrivate) == vmaRegular|vmaAnonPrivate && st&^(vmaRegular|vmaAnonPrivate|vmaHeap) == 0
 }
 
-// sharedWithParent: CRIU gives a child the parent's mapping, pages and
-// all, where both have a private anonymous one of the same bounds.
+// sharedWithParent: a child's mapping CRIU may give it from its parent's,
+// pages and all (same bounds, both private anonymous; CRIU also compares
+// flags and the executable, so this takes in a few more).
 func sharedWithParent(v *vma.VmaEntry, parent []*vma.VmaEntry) bool {
 	for _, pv := range parent {
 		if pv.GetStart() == v.GetStart() && pv.GetEnd() == v.GetEnd() && anonPrivate(pv) {

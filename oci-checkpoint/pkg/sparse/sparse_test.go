@@ -118,7 +118,32 @@ func after(t *testing.T, dir string, p *Plan, pid uint32) ([]region, []byte) {
 	return out, content
 }
 
+// short: the small pages files below leave out runs of a single page.
+func short(t *testing.T) {
+	old := minRun
+	minRun = 1
+	t.Cleanup(func() { minRun = old })
+}
+
+func TestShortRunsOfZerosAreKept(t *testing.T) {
+	const a = 0x100000
+	// 15 zeros, a 1, 16 zeros, a 2.
+	content := append(append(append(make([]byte, 15), 1), make([]byte, 16)...), 2)
+	dir := dump(t, []proc{{pid: 1, vmas: []region{{a, 33, anonPriv}},
+		entries: []region{{a, 33, pagePresent}}, content: content}})
+	p, err := Make(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, pages := after(t, dir, p, 1)
+	want := []region{{a, 16, pagePresent}, {a + 32*pageSize, 1, pagePresent}}
+	if fmt.Sprint(got) != fmt.Sprint(want) || len(pages) != 17 || p.Dropped != int64(16*pageSize) {
+		t.Errorf("pagemap %v (%d pages, %d bytes dropped), want %v: the run of 15 kept, the 16 left out", got, len(pages), p.Dropped, want)
+	}
+}
+
 func TestZerosOfPrivateAnonymousMemoryAreLeftOut(t *testing.T) {
+	short(t)
 	const a, f = 0x100000, 0x200000
 	dir := dump(t, []proc{{
 		pid:  1,
@@ -145,6 +170,7 @@ func TestZerosOfPrivateAnonymousMemoryAreLeftOut(t *testing.T) {
 }
 
 func TestAChildsMappingSharedWithItsParentKeepsItsZeros(t *testing.T) {
+	short(t)
 	const shared, own = 0x100000, 0x300000
 	dir := dump(t, []proc{
 		{pid: 1, vmas: []region{{shared, 2, anonPriv}}, entries: []region{{shared, 2, pagePresent}}, content: []byte{5, 0}},
@@ -169,6 +195,7 @@ func TestAChildsMappingSharedWithItsParentKeepsItsZeros(t *testing.T) {
 }
 
 func TestPagesInAParentImageAreLeftAsTheyAre(t *testing.T) {
+	short(t)
 	const a = 0x100000
 	dir := dump(t, []proc{{
 		pid: 1, vmas: []region{{a, 4, anonPriv}},
@@ -190,6 +217,7 @@ func TestPagesInAParentImageAreLeftAsTheyAre(t *testing.T) {
 // demand) and stores them all the same; flags it does not know leave the
 // process as it is.
 func TestLazyPagesOtherFlagsAndTruncatedFiles(t *testing.T) {
+	short(t)
 	const a = 0x100000
 	lazy := dump(t, []proc{{pid: 1, vmas: []region{{a, 3, anonPriv}},
 		entries: []region{{a, 3, pagePresent | pageLazy}}, content: []byte{1, 0, 2}}})
