@@ -28,6 +28,7 @@ import (
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/vma"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -105,7 +106,7 @@ func Make(dir string) (*Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Plan{pagemaps: map[string][]byte{}, keep: map[string][]run{}}
+	var pids []uint32
 	for _, e := range ents {
 		m := pagemapName.FindStringSubmatch(e.Name())
 		if m == nil {
@@ -115,47 +116,81 @@ func Make(dir string) (*Plan, error) {
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", e.Name(), err)
 		}
-		if err := p.process(dir, uint32(pid64), parents); err != nil {
-			return nil, fmt.Errorf("pid %d: %w", pid64, err)
+		pids = append(pids, uint32(pid64))
+	}
+	// One process's pages at a time each: an engine's processes are read
+	// side by side (they are in the page cache, just written by the dump).
+	results := make([]*planned, len(pids))
+	var g errgroup.Group
+	for i, pid := range pids {
+		g.Go(func() error {
+			r, err := process(dir, pid, parents)
+			if err != nil {
+				return fmt.Errorf("pid %d: %w", pid, err)
+			}
+			results[i] = r
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, err
+	}
+	p := &Plan{pagemaps: map[string][]byte{}, keep: map[string][]run{}}
+	for i, r := range results {
+		if r == nil {
+			continue // left as CRIU wrote it
 		}
+		if _, dup := p.keep[r.pages]; dup {
+			return nil, fmt.Errorf("pid %d: %s is named by two pagemaps", pids[i], r.pages)
+		}
+		p.pagemaps[fmt.Sprintf("pagemap-%d.img", pids[i])] = r.pagemap
+		p.keep[r.pages] = r.keep
+		p.Dropped += r.dropped
 	}
 	return p, nil
 }
 
-func (p *Plan) process(dir string, pid uint32, parents map[uint32]uint32) error {
+// planned is one process's part of a plan.
+type planned struct {
+	pages   string // its pages file
+	pagemap []byte // its pagemap anew
+	keep    []run  // the pages file's runs to write
+	dropped int64
+}
+
+// process plans one process; nil when it is left as CRIU wrote it.
+func process(dir string, pid uint32, parents map[uint32]uint32) (*planned, error) {
 	img, err := decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(img.Entries) == 0 {
-		return fmt.Errorf("pagemap-%d.img holds no head", pid)
+		return nil, fmt.Errorf("pagemap-%d.img holds no head", pid)
 	}
 	head, ok := img.Entries[0].Message.(*pagemap.PagemapHead)
 	if !ok {
-		return fmt.Errorf("pagemap-%d.img has no head", pid)
+		return nil, fmt.Errorf("pagemap-%d.img has no head", pid)
 	}
 	pages := fmt.Sprintf("pages-%d.img", head.GetPagesId())
-	if _, done := p.keep[pages]; done {
-		return fmt.Errorf("%s is named by two pagemaps", pages)
-	}
 	droppable, err := droppableRanges(dir, pid, parents)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	f, err := os.Open(filepath.Join(dir, pages))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer f.Close()
 
 	for _, ce := range img.Entries[1:] {
 		pe, ok := ce.Message.(*pagemap.PagemapEntry)
 		if !ok || pe.Flags == nil || (pe.GetFlags()&^pageLazy != pagePresent && pe.GetFlags() != pageParent) {
-			return nil // an old image, flags of another CRIU: left as CRIU wrote it
+			return nil, nil // an old image, flags of another CRIU: left as CRIU wrote it
 		}
 	}
 	out := []*crit.CriuEntry{img.Entries[0]}
 	var keep []run
+	var dropped int64
 	var index uint64 // the entry's first page in the pages file
 	const chunk = 256
 	buf := make([]byte, chunk*pageSize)
@@ -176,7 +211,7 @@ func (p *Plan) process(dir string, pid uint32, parents map[uint32]uint32) error 
 			for c := d.start; c < d.end; c += chunk {
 				m := min(chunk, d.end-c)
 				if _, err := f.ReadAt(buf[:m*pageSize], int64((index+c)*pageSize)); err != nil {
-					return fmt.Errorf("%s: pages %d-%d: %w", pages, index+c, index+c+m, err)
+					return nil, fmt.Errorf("%s: pages %d-%d: %w", pages, index+c, index+c+m, err)
 				}
 				for k := uint64(0); k < m; k++ {
 					if allZero(buf[k*pageSize : (k+1)*pageSize]) {
@@ -195,23 +230,21 @@ func (p *Plan) process(dir string, pid uint32, parents map[uint32]uint32) error 
 				out = append(out, entry(va+start*pageSize, z.start-start, pe.GetFlags()))
 				keep = appendRun(keep, run{index + start, index + z.start})
 			}
-			p.Dropped += int64((z.end - z.start) * pageSize)
+			dropped += int64((z.end - z.start) * pageSize)
 			start = z.end
 		}
 		index += n
 	}
 	if fi, err := f.Stat(); err != nil {
-		return err
+		return nil, err
 	} else if uint64(fi.Size()) != index*pageSize {
-		return fmt.Errorf("%s holds %d bytes, its pagemap lists %d", pages, fi.Size(), index*pageSize)
+		return nil, fmt.Errorf("%s holds %d bytes, its pagemap lists %d", pages, fi.Size(), index*pageSize)
 	}
 	enc, err := encode(&crit.CriuImage{Magic: img.Magic, Entries: out})
 	if err != nil {
-		return fmt.Errorf("pagemap-%d.img: %w", pid, err)
+		return nil, fmt.Errorf("pagemap-%d.img: %w", pid, err)
 	}
-	p.pagemaps[fmt.Sprintf("pagemap-%d.img", pid)] = enc
-	p.keep[pages] = keep
-	return nil
+	return &planned{pages: pages, pagemap: enc, keep: keep, dropped: dropped}, nil
 }
 
 func entry(va, n uint64, flags uint32) *crit.CriuEntry {
