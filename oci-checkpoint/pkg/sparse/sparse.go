@@ -3,8 +3,8 @@
 // restored into fresh anonymous mappings, which read as zeros wherever
 // the pagemap lists no page, so such pages need not be stored, read back
 // or copied. A CUDA process checkpointed by the driver holds its GPU
-// memory in host memory, much of it zeros (1.8 GB of a vLLM EngineCore's
-// 3.8 GB, measured on an 8B model).
+// memory in host memory, much of it zeros (1,856 MiB of a vLLM EngineCore's
+// 3,757 MiB, measured on an 8B model).
 //
 // The dump on disk is not changed: Make reads it and says, for each file
 // it would change, what to write instead (the pagemap anew, the pages
