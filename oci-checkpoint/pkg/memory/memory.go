@@ -7,7 +7,6 @@ package memory
 
 import (
 	"archive/tar"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -20,11 +19,11 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v8/crit"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
-	"github.com/checkpoint-restore/go-criu/v8/crit/images/mm"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/regfile"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/vma"
-	"google.golang.org/protobuf/proto"
+
+	"rekindle.local/oci-checkpoint/pkg/criuimg"
 )
 
 // Mapping is one memory mapping of a process and the bytes of it that the
@@ -122,25 +121,23 @@ func Extract(r io.Reader, dir string) (*Layer, error) {
 	}
 }
 
-var pageSize = uint64(os.Getpagesize())
-
 // zeroRuns reads a pages file through and returns its runs of pages that
 // hold only zeros (page indices) and their bytes.
 func zeroRuns(r io.Reader) ([]span, int64, error) {
 	var runs []span
 	var n int64
-	buf := make([]byte, 256*pageSize)
+	buf := make([]byte, 256*criuimg.PageSize)
 	var page uint64
 	for {
 		got, err := io.ReadFull(r, buf)
-		for off := 0; off+int(pageSize) <= got; off += int(pageSize) {
-			if allZero(buf[off : off+int(pageSize)]) {
+		for off := 0; off+int(criuimg.PageSize) <= got; off += int(criuimg.PageSize) {
+			if criuimg.AllZero(buf[off : off+int(criuimg.PageSize)]) {
 				if k := len(runs); k > 0 && runs[k-1].end == page {
 					runs[k-1].end++
 				} else {
 					runs = append(runs, span{page, page + 1})
 				}
-				n += int64(pageSize)
+				n += int64(criuimg.PageSize)
 			}
 			page++
 		}
@@ -151,21 +148,6 @@ func zeroRuns(r io.Reader) ([]span, int64, error) {
 			return nil, 0, err
 		}
 	}
-}
-
-func allZero(b []byte) bool {
-	for len(b) >= 8 {
-		if binary.NativeEndian.Uint64(b) != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
 }
 
 // Read reads the CRIU images in dir; l, from Extract, adds the pages of
@@ -192,7 +174,7 @@ func Read(dir string, l *Layer) (r *Report, err error) {
 		r.PagesFiles, r.ZeroPages, r.Others = l.PagesFiles, l.ZeroPages, l.Others
 	}
 	for _, pid := range sortedPIDs(comm) {
-		vmas, err := vmasOf(dir, pid)
+		vmas, err := criuimg.VMAs(dir, pid)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // a zombie or a thread: no memory of its own
 		}
@@ -231,27 +213,12 @@ func sortedPIDs(m map[uint32]string) []uint32 {
 	return out
 }
 
-// CRIU's vma status bits (criu/include/image.h).
-const (
-	vmaStack       = 1 << 1
-	vmaVsyscall    = 1 << 2
-	vmaVdso        = 1 << 3
-	vmaHeap        = 1 << 5
-	vmaFilePrivate = 1 << 6
-	vmaFileShared  = 1 << 7
-	vmaAnonShared  = 1 << 8
-	vmaSysvIPC     = 1 << 10
-	vmaSocket      = 1 << 11
-	vmaVvar        = 1 << 12
-	vmaMemfd       = 1 << 14
-)
-
 // label names what a mapping maps: a file (and its offset), a kind of
 // memory in brackets, or "" for anonymous private memory.
 func label(v *vma.VmaEntry, files map[uint32]string) string {
 	st := v.GetStatus()
 	switch {
-	case st&(vmaFilePrivate|vmaFileShared) != 0:
+	case st&(criuimg.VMAFilePrivate|criuimg.VMAFileShared) != 0:
 		name := files[uint32(v.GetShmid())]
 		if name == "" {
 			name = fmt.Sprintf("file %d", v.GetShmid())
@@ -259,27 +226,27 @@ func label(v *vma.VmaEntry, files map[uint32]string) string {
 		if v.GetPgoff() != 0 {
 			name += fmt.Sprintf(" + 0x%x", v.GetPgoff())
 		}
-		if st&vmaFileShared != 0 {
+		if st&criuimg.VMAFileShared != 0 {
 			name += " (shared)"
 		}
 		return name
-	case st&vmaMemfd != 0:
+	case st&criuimg.VMAMemfd != 0:
 		return fmt.Sprintf("[memfd %d]", v.GetShmid())
-	case st&vmaAnonShared != 0:
+	case st&criuimg.VMAAnonShared != 0:
 		return fmt.Sprintf("[shared memory %d]", v.GetShmid())
-	case st&vmaSysvIPC != 0:
+	case st&criuimg.VMASysvIPC != 0:
 		return fmt.Sprintf("[sysv ipc %d]", v.GetShmid())
-	case st&vmaSocket != 0:
+	case st&criuimg.VMASocket != 0:
 		return "[packet socket]"
-	case st&vmaStack != 0:
+	case st&criuimg.VMAStack != 0:
 		return "[stack]"
-	case st&vmaHeap != 0:
+	case st&criuimg.VMAHeap != 0:
 		return "[heap]"
-	case st&vmaVdso != 0:
+	case st&criuimg.VMAVdso != 0:
 		return "[vdso]"
-	case st&vmaVvar != 0:
+	case st&criuimg.VMAVvar != 0:
 		return "[vvar]"
-	case st&vmaVsyscall != 0:
+	case st&criuimg.VMAVsyscall != 0:
 		return "[vsyscall]"
 	}
 	return ""
@@ -299,7 +266,7 @@ func prot(p uint32) string {
 // older reg-files.img).
 func fileNames(dir string) (map[uint32]string, error) {
 	out := map[uint32]string{}
-	img, err := decode(dir, "files.img", &fdinfo.FileEntry{})
+	img, err := criuimg.Decode(dir, "files.img", &fdinfo.FileEntry{})
 	if err == nil {
 		for _, e := range img.Entries {
 			if f, ok := e.Message.(*fdinfo.FileEntry); ok && f.GetReg() != nil {
@@ -309,7 +276,7 @@ func fileNames(dir string) (map[uint32]string, error) {
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
-	img, err = decode(dir, "reg-files.img", &regfile.RegFileEntry{})
+	img, err = criuimg.Decode(dir, "reg-files.img", &regfile.RegFileEntry{})
 	if err == nil {
 		for _, e := range img.Entries {
 			if f, ok := e.Message.(*regfile.RegFileEntry); ok {
@@ -322,19 +289,6 @@ func fileNames(dir string) (map[uint32]string, error) {
 	return out, nil
 }
 
-func decode(dir, name string, entry proto.Message) (*crit.CriuImage, error) {
-	f, err := os.Open(filepath.Join(dir, name))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	img, err := crit.New(f, nil, "", false, true).Decode(entry)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return img, nil
-}
-
 func walk(t *crit.PsTree, comm map[uint32]string) {
 	if t == nil {
 		return
@@ -345,27 +299,6 @@ func walk(t *crit.PsTree, comm map[uint32]string) {
 	}
 }
 
-func vmasOf(dir string, pid uint32) ([]*vma.VmaEntry, error) {
-	img, err := decode(dir, fmt.Sprintf("mm-%d.img", pid), &mm.MmEntry{})
-	if err != nil {
-		return nil, err
-	}
-	if len(img.Entries) == 0 {
-		return nil, fmt.Errorf("mm-%d.img holds no entry", pid)
-	}
-	m, ok := img.Entries[0].Message.(*mm.MmEntry)
-	if !ok {
-		return nil, fmt.Errorf("mm-%d.img holds no mm entry", pid)
-	}
-	return m.GetVmas(), nil
-}
-
-// CRIU's pagemap flags (criu/include/pagemap.h).
-const (
-	pageParent  = 1 << 0
-	pagePresent = 1 << 2
-)
-
 type span struct{ start, end uint64 }
 
 // storedPages: the address ranges whose pages this checkpoint's pages files
@@ -373,7 +306,7 @@ type span struct{ start, end uint64 }
 // pages of zeros by l's count. CRIU writes a process's stored pages to its
 // pages file in the pagemap's order.
 func storedPages(dir string, pid uint32, l *Layer) (stored, zero []span, err error) {
-	img, err := decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
+	img, err := criuimg.Decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -390,23 +323,20 @@ func storedPages(dir string, pid uint32, l *Layer) (stored, zero []span, err err
 		if !ok {
 			continue
 		}
-		n := pe.GetNrPages()
-		if n == 0 {
-			n = uint64(pe.GetCompatNrPages())
-		}
-		present := pe.GetFlags()&pagePresent != 0
+		n := criuimg.NrPages(pe)
+		present := pe.GetFlags()&criuimg.PagePresent != 0
 		if pe.Flags == nil {
 			present = !pe.GetInParent()
 		}
-		if !present || pe.GetFlags()&pageParent != 0 {
+		if !present || pe.GetFlags()&criuimg.PageParent != 0 {
 			continue
 		}
 		va := pe.GetVaddr()
-		stored = append(stored, span{va, va + n*pageSize})
+		stored = append(stored, span{va, va + n*criuimg.PageSize})
 		for ; len(runs) > 0 && runs[0].start < index+n; runs = runs[1:] {
 			a, b := max(runs[0].start, index), min(runs[0].end, index+n)
 			if a < b {
-				zero = append(zero, span{va + (a-index)*pageSize, va + (b-index)*pageSize})
+				zero = append(zero, span{va + (a-index)*criuimg.PageSize, va + (b-index)*criuimg.PageSize})
 			}
 			if runs[0].end > index+n {
 				break // goes on into the next entry's pages

@@ -11,6 +11,8 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v8/crit"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
+
+	"rekindle.local/oci-checkpoint/pkg/criuimg"
 )
 
 type entry struct {
@@ -117,7 +119,7 @@ func TestOverlapCountsOnlyTheMapping(t *testing.T) {
 // found at the addresses the pagemap gives those pages, across the entry
 // boundary.
 func TestZeroPagesAreFoundAtTheirAddresses(t *testing.T) {
-	ps := int(pageSize)
+	ps := int(criuimg.PageSize)
 	pages := make([]byte, 5*ps)
 	pages[7] = 1
 	pages[4*ps+ps-1] = 1
@@ -140,7 +142,7 @@ func TestZeroPagesAreFoundAtTheirAddresses(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid, two, three, one := uint32(7), uint64(2), uint64(3), uint64(1)
-	present, parent := uint32(pagePresent), uint32(pagePresent|pageParent)
+	present, parent := uint32(criuimg.PagePresent), uint32(criuimg.PagePresent|criuimg.PageParent)
 	va := func(p uint64) *uint64 { return &p }
 	var compat uint32 // required by the proto, unused by CRIU since 3.x
 	img := &crit.CriuImage{Magic: "PAGEMAP", Entries: []*crit.CriuEntry{

@@ -13,7 +13,6 @@ package sparse
 
 import (
 	"bytes"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -24,25 +23,13 @@ import (
 	"strconv"
 
 	"github.com/checkpoint-restore/go-criu/v8/crit"
-	"github.com/checkpoint-restore/go-criu/v8/crit/images/mm"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/vma"
 	"golang.org/x/sync/errgroup"
-	"google.golang.org/protobuf/proto"
-)
 
-// CRIU's vma status bits and pagemap flags (criu/include/image.h, pagemap.h).
-const (
-	vmaRegular     = 1 << 0
-	vmaHeap        = 1 << 5
-	vmaAnonPrivate = 1 << 9
-	pageParent     = 1 << 0
-	pageLazy       = 1 << 1 // may be restored on demand; in the pages file all the same
-	pagePresent    = 1 << 2
+	"rekindle.local/oci-checkpoint/pkg/criuimg"
 )
-
-var pageSize = uint64(os.Getpagesize())
 
 // minRun: the fewest pages of zeros in a row left out. Each run left out
 // splits a pagemap entry, and CRIU's restore reads each piece on its own
@@ -79,8 +66,8 @@ func (p *Plan) File(dir, base string) (r io.ReadCloser, size int64, ok bool, err
 	}
 	var readers []io.Reader
 	for _, k := range runs {
-		n := int64((k.end - k.start) * pageSize)
-		readers = append(readers, io.NewSectionReader(f, int64(k.start*pageSize), n))
+		n := int64((k.end - k.start) * criuimg.PageSize)
+		readers = append(readers, io.NewSectionReader(f, int64(k.start*criuimg.PageSize), n))
 		size += n
 	}
 	return struct {
@@ -160,7 +147,7 @@ type planned struct {
 
 // process plans one process; nil when it is left as CRIU wrote it.
 func process(dir string, pid uint32, parents map[uint32]uint32) (*planned, error) {
-	img, err := decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
+	img, err := criuimg.Decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
 	if err != nil {
 		return nil, err
 	}
@@ -184,7 +171,7 @@ func process(dir string, pid uint32, parents map[uint32]uint32) (*planned, error
 
 	for _, ce := range img.Entries[1:] {
 		pe, ok := ce.Message.(*pagemap.PagemapEntry)
-		if !ok || pe.Flags == nil || (pe.GetFlags()&^pageLazy != pagePresent && pe.GetFlags() != pageParent) {
+		if !ok || pe.Flags == nil || (pe.GetFlags()&^criuimg.PageLazy != criuimg.PagePresent && pe.GetFlags() != criuimg.PageParent) {
 			return nil, nil // an old image, flags of another CRIU: left as CRIU wrote it
 		}
 	}
@@ -193,28 +180,25 @@ func process(dir string, pid uint32, parents map[uint32]uint32) (*planned, error
 	var dropped int64
 	var index uint64 // the entry's first page in the pages file
 	const chunk = 256
-	buf := make([]byte, chunk*pageSize)
+	buf := make([]byte, chunk*criuimg.PageSize)
 	for _, ce := range img.Entries[1:] {
 		pe := ce.Message.(*pagemap.PagemapEntry)
-		if pe.GetFlags() == pageParent {
+		if pe.GetFlags() == criuimg.PageParent {
 			out = append(out, ce) // in the parent's pages, not this file's
 			continue
 		}
-		n := pe.GetNrPages()
-		if n == 0 {
-			n = uint64(pe.GetCompatNrPages())
-		}
+		n := criuimg.NrPages(pe)
 		va := pe.GetVaddr()
 		// The entry's runs of zeros long enough to leave out.
 		var zeros []run
-		for _, d := range within(droppable, va, va+n*pageSize) {
+		for _, d := range within(droppable, va, va+n*criuimg.PageSize) {
 			for c := d.start; c < d.end; c += chunk {
 				m := min(chunk, d.end-c)
-				if _, err := f.ReadAt(buf[:m*pageSize], int64((index+c)*pageSize)); err != nil {
+				if _, err := f.ReadAt(buf[:m*criuimg.PageSize], int64((index+c)*criuimg.PageSize)); err != nil {
 					return nil, fmt.Errorf("%s: pages %d-%d: %w", pages, index+c, index+c+m, err)
 				}
 				for k := uint64(0); k < m; k++ {
-					if allZero(buf[k*pageSize : (k+1)*pageSize]) {
+					if criuimg.AllZero(buf[k*criuimg.PageSize : (k+1)*criuimg.PageSize]) {
 						zeros = appendRun(zeros, run{c + k, c + k + 1})
 					}
 				}
@@ -227,18 +211,18 @@ func process(dir string, pid uint32, parents map[uint32]uint32) (*planned, error
 				continue
 			}
 			if z.start > start {
-				out = append(out, entry(va+start*pageSize, z.start-start, pe.GetFlags()))
+				out = append(out, entry(va+start*criuimg.PageSize, z.start-start, pe.GetFlags()))
 				keep = appendRun(keep, run{index + start, index + z.start})
 			}
-			dropped += int64((z.end - z.start) * pageSize)
+			dropped += int64((z.end - z.start) * criuimg.PageSize)
 			start = z.end
 		}
 		index += n
 	}
 	if fi, err := f.Stat(); err != nil {
 		return nil, err
-	} else if uint64(fi.Size()) != index*pageSize {
-		return nil, fmt.Errorf("%s holds %d bytes, its pagemap lists %d", pages, fi.Size(), index*pageSize)
+	} else if uint64(fi.Size()) != index*criuimg.PageSize {
+		return nil, fmt.Errorf("%s holds %d bytes, its pagemap lists %d", pages, fi.Size(), index*criuimg.PageSize)
 	}
 	enc, err := encode(&crit.CriuImage{Magic: img.Magic, Entries: out})
 	if err != nil {
@@ -285,7 +269,7 @@ func droppableRanges(dir string, pid uint32, parents map[uint32]uint32) ([]run, 
 
 func anonPrivate(v *vma.VmaEntry) bool {
 	st := v.GetStatus()
-	return st&(vmaRegular|vmaAnonPrivate) == vmaRegular|vmaAnonPrivate && st&^(vmaRegular|vmaAnonPrivate|vmaHeap) == 0
+	return st&(criuimg.VMARegular|criuimg.VMAAnonPrivate) == criuimg.VMARegular|criuimg.VMAAnonPrivate && st&^(criuimg.VMARegular|criuimg.VMAAnonPrivate|criuimg.VMAHeap) == 0
 }
 
 // sharedWithParent: a child's mapping CRIU may give it from its parent's,
@@ -308,40 +292,18 @@ func within(ranges []run, start, end uint64) []run {
 	for ; i < len(ranges) && ranges[i].start < end; i++ {
 		a, b := max(ranges[i].start, start), min(ranges[i].end, end)
 		if a < b {
-			out = append(out, run{(a - start) / pageSize, (b - start) / pageSize})
+			out = append(out, run{(a - start) / criuimg.PageSize, (b - start) / criuimg.PageSize})
 		}
 	}
 	return out
 }
 
-func allZero(b []byte) bool {
-	for len(b) >= 8 {
-		if binary.NativeEndian.Uint64(b) != 0 {
-			return false
-		}
-		b = b[8:]
-	}
-	for _, c := range b {
-		if c != 0 {
-			return false
-		}
-	}
-	return true
-}
-
+// vmasOf: pid's mappings, which within() needs in order.
 func vmasOf(dir string, pid uint32) ([]*vma.VmaEntry, error) {
-	img, err := decode(dir, fmt.Sprintf("mm-%d.img", pid), &mm.MmEntry{})
+	vmas, err := criuimg.VMAs(dir, pid)
 	if err != nil {
 		return nil, err
 	}
-	if len(img.Entries) == 0 {
-		return nil, fmt.Errorf("mm-%d.img holds no entry", pid)
-	}
-	m, ok := img.Entries[0].Message.(*mm.MmEntry)
-	if !ok {
-		return nil, fmt.Errorf("mm-%d.img holds no mm entry", pid)
-	}
-	vmas := m.GetVmas()
 	if !sort.SliceIsSorted(vmas, func(i, j int) bool { return vmas[i].GetStart() < vmas[j].GetStart() }) {
 		return nil, fmt.Errorf("mm-%d.img: mappings out of order", pid)
 	}
@@ -350,7 +312,7 @@ func vmasOf(dir string, pid uint32) ([]*vma.VmaEntry, error) {
 
 // parentsOf: each process's parent, from the process tree.
 func parentsOf(dir string) (map[uint32]uint32, error) {
-	img, err := decode(dir, "pstree.img", &pstree.PstreeEntry{})
+	img, err := criuimg.Decode(dir, "pstree.img", &pstree.PstreeEntry{})
 	if err != nil {
 		return nil, fmt.Errorf("read the process tree: %w", err)
 	}
@@ -361,19 +323,6 @@ func parentsOf(dir string) (map[uint32]uint32, error) {
 		}
 	}
 	return out, nil
-}
-
-func decode(dir, name string, entry proto.Message) (*crit.CriuImage, error) {
-	f, err := os.Open(filepath.Join(dir, name))
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	img, err := crit.New(f, nil, "", false, false).Decode(entry)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", name, err)
-	}
-	return img, nil
 }
 
 // encode writes img as CRIU does, through crit, to a temporary file (crit

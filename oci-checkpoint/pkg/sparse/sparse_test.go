@@ -13,10 +13,19 @@ import (
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/vma"
+
+	"rekindle.local/oci-checkpoint/pkg/criuimg"
 )
 
-const anonPriv = vmaRegular | vmaAnonPrivate
-const filePriv = vmaRegular | 1<<6
+const (
+	anonPriv    = criuimg.VMARegular | criuimg.VMAAnonPrivate
+	filePriv    = criuimg.VMARegular | criuimg.VMAFilePrivate
+	pagePresent = criuimg.PagePresent
+	pageParent  = criuimg.PageParent
+	pageLazy    = criuimg.PageLazy
+)
+
+var pageSize = criuimg.PageSize
 
 type region struct {
 	start, pages uint64
@@ -93,7 +102,7 @@ func after(t *testing.T, dir string, p *Plan, pid uint32) ([]region, []byte) {
 	b, _ := io.ReadAll(r)
 	tmp := filepath.Join(t.TempDir(), "pagemap.img")
 	os.WriteFile(tmp, b, 0o600)
-	img, err := decode(filepath.Dir(tmp), "pagemap.img", &pagemap.PagemapEntry{})
+	img, err := criuimg.Decode(filepath.Dir(tmp), "pagemap.img", &pagemap.PagemapEntry{})
 	if err != nil {
 		t.Fatal(err)
 	}
