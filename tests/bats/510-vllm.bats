@@ -185,15 +185,15 @@ restore() {
 	wait_for "$name awake" 60 awake "$name"
 	local woke_s
 	woke_s=$(secs_since "$t")
-	local t1 first token_s
+	local t1 first token_s request_s
 	# The first token: a request for one (ONE's prompt; greedy, so the
 	# 32-token answer after it is the same). Then the whole answer.
 	t1=$EPOCHREALTIME
 	first=$(v "$name" POST /v1/completions "$(jq -c '.max_tokens = 1' <<<"$ONE")" | jq -c '.choices[0].token_ids')
-	token_s=$(secs_since "$t")
+	token_s=$(secs_since "$t") request_s=$(secs_since "$t1")
 	[ -n "$first" ] && [ "$first" != null ] || die "$name: no token after the restore"
 	first=$(v "$name" POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')
-	say "$name: nerdctl run ${run_s}s, awake after ${woke_s}s (resume $(jq -r .resume_seconds <<<"$st")s), to first token ${token_s}s, to its 32-token answer $(secs_since "$t")s (first request $(awk -v a="$t1" -v b="$t" -v c="$token_s" 'BEGIN { printf "%.2f", c - (a - b) }')s)"
+	say "$name: nerdctl run ${run_s}s, awake after ${woke_s}s (resume $(jq -r .resume_seconds <<<"$st")s), to first token ${token_s}s, to its 32-token answer $(secs_since "$t")s (first request ${request_s}s)"
 	[ -n "$first" ] && [ "$first" != null ] || die "$name: no tokens after the restore"
 }
 
