@@ -13,7 +13,10 @@
 # memory tests again with CRIU_FAULT=141: every parallel fill, as small as
 # under 139, reads its pages image with O_DIRECT (criu-patches/mem-read-pages-images-with-O_DIRECT-for-the-parallel), which
 # restore.log must say for private, shared and premapped memory alike,
-# while compared memory still goes through the page cache.
+# while compared memory still goes through the page cache. Then trees of
+# several tasks with CRIU_FAULT=142 (the root task restores all of itself
+# before the others start on their memory) and with zdtm's --fault 7 (a
+# child dies before it has restored its files: the restore fails, not hangs).
 #
 # zdtm runs most tests as an unprivileged user, and criu then needs
 # CAP_SYS_RESOURCE to read their rlimits (prlimit of another user's
@@ -51,15 +54,23 @@ as_root="maps01 cow00 cow01 shmemfd shmemfd-priv"
 # where criu creates the pid namespace: zdtm's ns flavour).
 threads_all="seccomp_filter_threads pthread00 pthread01"
 threads_as_root="seccomp_filter_threads"
+# Trees of several tasks (children, zombies, helpers, read-only mounts), for
+# the CRIU_FAULT=142 and 7 runs of
+# criu-patches/restore-let-the-root-task-restore-its-memory-beside.
+tree_all="pid00 zombie00 zombie01 cow00 file_shared child_opened_proc session00 helper_zombie_child
+mntns_ro_root mnt_ro_bind fifo_upon_unix_socket00"
+tree_as_root="zombie01 cow00 mntns_ro_root mnt_ro_bind fifo_upon_unix_socket00"
 
 # CAP_SYS_RESOURCE is bit 24 of CapEff.
 capeff=$(awk '/^CapEff:/ {print $2}' /proc/self/status)
 if (((0x$capeff >> 24) & 1)); then
 	tests=$all
 	threads=$threads_all
+	tree=$tree_all
 else
 	tests=$as_root
 	threads=$threads_as_root
+	tree=$tree_as_root
 	note "zdtm: root lacks CAP_SYS_RESOURCE here; skipped (they run as another user):" \
 		"$(comm -23 <(tr ' ' '\n' <<<"$all" | sort) <(tr ' ' '\n' <<<"$as_root" | sort) | tr '\n' ' ')"
 fi
@@ -69,7 +80,7 @@ log=$src/test/zdtm-build.log
 {
 	make -C "$src" lib &&
 		make -C "$src/test/zdtm/lib" &&
-		make -C "$src/test/zdtm/static" $tests $threads
+		make -C "$src/test/zdtm/static" $tests $threads $tree
 } >"$log" 2>&1 || { tail -20 "$log" >&2; die "building zdtm failed; full log: $log"; }
 
 args=()
@@ -78,6 +89,11 @@ for t in $tests; do args+=(-t "zdtm/static/$t"); done
 run_zdtm() {
 	(cd "$src/test" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@" /usr/bin/python3 zdtm.py run "${args[@]}" \
 		-f h,ns --keep-going)
+}
+# The same under a time limit, for runs where a bug would hang a restore.
+run_zdtm_limited() {
+	(cd "$src/test" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@" timeout 900 /usr/bin/python3 zdtm.py run \
+		"${args[@]}" -f h,ns --keep-going) || die "zdtm: a test failed, or the run hung for 900 s"
 }
 note "zdtm: ${tests//$'\n'/ } (default restore)"
 run_zdtm
@@ -147,4 +163,33 @@ dcow=$(grep -c 'Filling .* premapped private memory, [1-9][0-9]* pages of it com
 ! grep -q 'O_DIRECT reads of .* failed' <<<"$logs" ||
 	die "zdtm: an O_DIRECT read failed and fell back: $(grep -m1 'O_DIRECT reads of' <<<"$logs")"
 note "zdtm: O_DIRECT filled private memory in $direct tasks, shared memory in $dshared mappings, premapped memory in $dpremap tasks; helpers compared memory in $dcow tasks"
+
+# The root task waits only for the others' files, not their memory
+# (criu-patches/restore-let-the-root-task-restore-its-memory-beside):
+# CRIU_FAULT=142 holds every other task 500 ms after it reports its files,
+# so the root restores all of itself while they have not started; the
+# root's log line says how many were still restoring when it went on.
+note "zdtm: ${tree//$'\n'/ } with CRIU_FAULT=142 (the root task restores itself before the others)"
+rm -rf "$src/test/dump"
+args=(--keep-img always)
+for t in $tree; do args+=(-t "zdtm/static/$t"); done
+run_zdtm_limited CRIU_FAULT=142
+logs=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log 2>/dev/null)
+ahead=$(grep -c 'Other tasks restored their files; [1-9][0-9]* of their threads and helpers still restoring' <<<"$logs" || true)
+[ "$ahead" -gt 0 ] || die "zdtm: under CRIU_FAULT=142 no root task went on while other tasks were still restoring"
+note "zdtm: in $ahead restores the root task went on while other tasks were still restoring"
+
+# A task that dies before it reports its files (CRIU_FAULT=7) must fail
+# the restore, not leave the root task waiting; zdtm then restores again
+# without the fault. timeout catches a hang.
+note "zdtm: cow00 with CRIU_FAULT=7 (a child dies before it reports its files)"
+rm -rf "$src/test/dump"
+args=(--keep-img always --fault 7 -t zdtm/static/cow00)
+run_zdtm_limited
+failed=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log.fail 2>/dev/null)
+died=$(grep -c 'fault: Restore of a child task failure!' <<<"$failed" || true)
+[ "$died" -gt 0 ] || die "zdtm: CRIU_FAULT=7 failed no restore (no restore.log.fail naming the fault)"
+! grep -q 'Other tasks restored their files' <<<"$failed" ||
+	die "zdtm: under CRIU_FAULT=7 a root task went on though a child died before its files"
+note "zdtm: $died restores failed when a child died before its files, and passed without the fault"
 taint_check
