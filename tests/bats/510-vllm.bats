@@ -341,6 +341,9 @@ same_as_before() {
 	say "tp2 $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
 	say "tp2 checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB, $(jq -r '.annotations."org.rekindle.gpu.count"' <<<"$output") GPUs"
+	ocicp '?' --address "$RK_DIR/containerd.sock" --namespace default memory --top 4 "$image"
+	say "tp2 oci-checkpoint memory (exit $status):"
+	say "$(sed 's/^/  /' <<<"$output")"
 	run_nerdctl rm -f vllm-tp
 
 	restore vllm-tp1 "$image"
@@ -435,6 +438,8 @@ set_rate() {
 	say "$BIG_SHAPE $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
 	say "$BIG_SHAPE checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB (the set's $(du -sm "$BIG_MODEL" | cut -f1) MiB stay out of it)"
+	local layer
+	layer=$RK_DIR/root/io.containerd.content.v1.content/blobs/sha256/$(jq -r '.layer_digest | sub("^sha256:"; "")' <<<"$output")
 	# What holds the pages: each process and its biggest mappings.
 	ocicp '?' --address "$RK_DIR/containerd.sock" --namespace default memory --top 6 "$image"
 	say "oci-checkpoint memory (exit $status):"
@@ -444,6 +449,9 @@ set_rate() {
 	# First: the checkpoint image out of the page cache (the set stays: it is tmpfs).
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
+	# The disk floor of this run: the layer read straight from the disk
+	# (O_DIRECT leaves the page cache as cold as it is).
+	say "disk floor: the checkpoint layer read with O_DIRECT: $(dd if="$layer" of=/dev/null bs=64M iflag=direct 2>&1 | tail -1)"
 	restore vllm-big1 "$image" "${SET_FLAGS[@]}"
 	same_as_before vllm-big1
 	say "vllm-big1 (first): $(set_rate vllm-big1); the batch of four sent at once: $([ "$(ONE_BY_ONE='' tokens vllm-big1)" = "$(cat "$BATS_FILE_TMPDIR/batch")" ] && echo same tokens || echo other tokens)"
