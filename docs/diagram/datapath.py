@@ -74,6 +74,7 @@ PATCHES = {
     "k-shared": ("criu-patches", "shmem-fill-shared-memory-content-in-parallel"),
     "k-cow": ("criu-patches", "mem-fill-premapped-private-memory-and-compare-copy"),
     "k-direct": ("criu-patches", "mem-read-pages-images-with-O_DIRECT"),
+    "k-root": ("criu-patches", "restore-let-the-root-task-restore-its-memory-beside"),
     "k-cgns": ("criu-patches", "cgroup-create-the-root-task-s-cgroup-namespace"),
 }
 
@@ -199,10 +200,11 @@ BOXES = [
     ("CRIU parallel fill",
      "CRIU restores the process tree; helper threads fill private memory, helper processes shared "
      "memory (memfd, shared anonymous, SysV) and premapped, copy-on-write memory, one per CPU up to 16, "
-     "reading with O_DIRECT when the images are not cached; a short or unreadable pages image fails "
+     "reading with O_DIRECT when the images are not cached, every task at once; a short or unreadable pages image fails "
      "the restore.",
      [P("k-private", "private memory"), P("k-shared", "shared memory"),
       P("k-cow", "premapped and copy-on-write memory"), P("k-direct", "O_DIRECT from a cold cache"),
+      P("k-root", "the root task fills beside its children"),
       P("k-shmem-err", "unreadable shared pages fail"), P("k-truncated", "truncated image fails"),
       P("k-lsm", "--lsm-profile for every task"), P("k-cgns", "cgroup namespace in ignore mode")]),
     ("CUDA restore",
