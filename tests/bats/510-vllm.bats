@@ -120,10 +120,6 @@ v() {
 	fi
 }
 
-awake() {
-	[ "$(v "$1" GET /is_sleeping | jq -r .is_sleeping)" = false ]
-}
-
 # tokens NAME: the greedy token ids of the one prompt and of the batch;
 # with ONE_BY_ONE set, of the batch's prompts sent one at a time instead:
 # vLLM's kernels are not batch-invariant, and a batch whose requests reach
@@ -171,29 +167,26 @@ wake_status() {
 	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" cat /.rekindle/status
 }
 
-# restore NAME IMAGE [FLAGS...]: nerdctl run IMAGE, wait for the wake
-# helper's record and an awake server; prints the times.
+# restore NAME IMAGE [FLAGS...]: nerdctl run IMAGE, wait for an awake
+# server's first token and the wake helper's record; prints the times.
 restore() {
 	local name=$1 image=$2 t st
 	shift 2
 	t=$EPOCHREALTIME
 	run_vllm "$name" "$image" "$@"
-	local run_s
+	local run_s pid ft first
 	run_s=$(secs_since "$t")
+	# The first token as a client sees it: /is_sleeping every 10 ms from
+	# inside the container's network, then a request for one token (ONE's
+	# prompt; greedy, so the 32-token answer after it is the same).
+	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$name")
+	ft=$(nsenter -t "$pid" -n "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/first-token.py" "$PORT" "$t" \
+		"$(jq -c '.max_tokens = 1' <<<"$ONE")") || die "$name: no first token after the restore"
+	[ "$(jq -c .token_ids <<<"$ft")" != null ] || die "$name: no token after the restore: $ft"
 	st=$(wake_status "$name")
 	is "$(jq -r .outcome <<<"$st")" resumed "wake outcome in $name (/.rekindle/status: $st)"
-	wait_for "$name awake" 60 awake "$name"
-	local woke_s
-	woke_s=$(secs_since "$t")
-	local t1 first token_s request_s
-	# The first token: a request for one (ONE's prompt; greedy, so the
-	# 32-token answer after it is the same). Then the whole answer.
-	t1=$EPOCHREALTIME
-	first=$(v "$name" POST /v1/completions "$(jq -c '.max_tokens = 1' <<<"$ONE")" | jq -c '.choices[0].token_ids')
-	token_s=$(secs_since "$t") request_s=$(secs_since "$t1")
-	[ -n "$first" ] && [ "$first" != null ] || die "$name: no token after the restore"
 	first=$(v "$name" POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')
-	say "$name: nerdctl run ${run_s}s, awake after ${woke_s}s (resume $(jq -r .resume_seconds <<<"$st")s), to first token ${token_s}s, to its 32-token answer $(secs_since "$t")s (first request ${request_s}s)"
+	say "$name: nerdctl run ${run_s}s, awake after $(jq -r .awake_s <<<"$ft")s (resume $(jq -r .resume_seconds <<<"$st")s), to first token $(jq -r .token_s <<<"$ft")s (its request $(jq -r .request_s <<<"$ft")s), to its 32-token answer $(secs_since "$t")s"
 	[ -n "$first" ] && [ "$first" != null ] || die "$name: no tokens after the restore"
 }
 
