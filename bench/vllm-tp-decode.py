@@ -31,8 +31,8 @@ import time
 import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-SERVE = os.path.join(HERE, "..", "images", "vllm", "serve.py")
-WEIGHTS = os.path.abspath(os.path.join(HERE, "..", "images", "weights"))
+SERVE = os.path.join(HERE, "..", "integrations", "vllm", "serve.py")
+WEIGHTS = os.path.abspath(os.path.join(HERE, "..", "integrations", "weights"))
 
 # NCCL's and vLLM's defaults, given explicitly: serve.py sets only what is unset.
 DEFAULT_ENV = {"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0", "NCCL_NVLS_ENABLE": "2",
@@ -123,7 +123,7 @@ def cuda_pids(sid):
             continue
         try:
             with open(f"/proc/{d}/stat") as f:
-                session = int(f.read().rsplit(")", 1)[1].split()[4])
+                session = int(f.read().rsplit(")", 1)[1].split()[3])  # state, ppid, pgrp, session
             with open(f"/proc/{d}/maps") as f:
                 if session == sid and "libcuda.so" in f.read():
                     out.append(int(d))

@@ -12,8 +12,16 @@ mkdir -p "$out" "$opt"
 exec > >(tee "$out/run.log") 2>&1
 
 echo "== host"
-nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv
+nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,persistence_mode --format=csv
 uname -r
+# REKINDLE_GPU_HOLD=1: hold every GPU's driver state up during the tests,
+# standing in for persistence mode where the host has it off and its
+# settings must stay (tests/gpu/hold-gpus.py says why it matters).
+if [ "${REKINDLE_GPU_HOLD:-0}" = 1 ]; then
+	python3 "$root/tests/gpu/hold-gpus.py" &
+	holder=$!
+	trap 'kill $holder 2>/dev/null' EXIT
+fi
 if [ "$bundle" != - ]; then
 	"$root/tests/gpu/prepare.sh" "$bundle" "$out/cdi.log" || { tail "$out/cdi.log"; exit 1; }
 fi
