@@ -14,7 +14,9 @@
  * stdout and stderr reach the plugin through one pipe, so nothing but the
  * answer may be printed on success. */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -36,6 +38,9 @@ static const char usage[] =
 	"        Print the thread id of the process's CUDA restore thread.\n"
 	"  --toggle --pid <pid>\n"
 	"        running -> lock + checkpoint; checkpointed -> restore + unlock.\n"
+	"  --hold\n"
+	"        Initialize the driver and stay until a signal ends it, so that every\n"
+	"        other run initializes it at once (rekindle-cuda-hold.service).\n"
 	"\n"
 	"Options:\n"
 	"  --pid, -p <pid>          the process to act on\n"
@@ -131,9 +136,36 @@ static long number(const char *s, const char *what)
 	return v;
 }
 
+/* While one process on the host has the driver initialized, cuInit takes
+ * 15 ms; with none it takes 180-210 ms on an H100, persistence mode on or
+ * not. A restore runs this tool three times per CUDA process, the first
+ * ones before any restored process holds the driver: held, that is about
+ * 0.35 s less per restore. Holding needs no context, so no GPU memory. */
+static int hold(void)
+{
+	struct driver d;
+	sigset_t set;
+	int sig;
+
+	/* All the host's GPUs, as for every other operation. */
+	unsetenv("CUDA_VISIBLE_DEVICES");
+	if (driver_open(&d))
+		return 1;
+	note("holding the CUDA driver initialized (pid %d)", getpid());
+	fprintf(stderr, "cuda-checkpoint: holding the CUDA driver initialized until a signal ends it\n");
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGHUP);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	sigwait(&set, &sig);
+	note("released the CUDA driver (signal %d)", sig);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
-	enum { OP_NONE, OP_ACTION, OP_STATE, OP_TID, OP_TOGGLE };
+	enum { OP_NONE, OP_ACTION, OP_STATE, OP_TID, OP_TOGGLE, OP_HOLD };
 	static const struct option opts[] = {
 		{ "help", no_argument, NULL, 'h' },
 		{ "pid", required_argument, NULL, 'p' },
@@ -143,6 +175,7 @@ int main(int argc, char **argv)
 		{ "get-state", no_argument, NULL, 'S' },
 		{ "get-restore-tid", no_argument, NULL, 'R' },
 		{ "toggle", no_argument, NULL, 'T' },
+		{ "hold", no_argument, NULL, 'H' },
 		{ "device-map", required_argument, NULL, 'M' },
 		{ 0 },
 	};
@@ -160,6 +193,7 @@ int main(int argc, char **argv)
 		case 'S': op = OP_STATE; nops++; break;
 		case 'R': op = OP_TID; nops++; break;
 		case 'T': op = OP_TOGGLE; nops++; break;
+		case 'H': op = OP_HOLD; nops++; break;
 		case 'M': map = optarg; break;
 		default: fprintf(stderr, "Try cuda-checkpoint --help\n"); return 2;
 		}
@@ -169,9 +203,11 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	if (nops != 1) {
-		fail("give exactly one of --action, --get-state, --get-restore-tid, --toggle (see --help)");
+		fail("give exactly one of --action, --get-state, --get-restore-tid, --toggle, --hold (see --help)");
 		return 2;
 	}
+	if (op == OP_HOLD)
+		return hold();
 	if (pid <= 0) {
 		fail("--pid <pid> is required");
 		return 2;

@@ -190,6 +190,24 @@ restore() {
 	[ -n "$first" ] && [ "$first" != null ] || die "$name: no tokens after the restore"
 }
 
+# cuda_hold off|on: stop or start the harness's `cuda-checkpoint --hold`
+# (tests/gpu/run.sh; rekindle-cuda-hold.service on a provisioned host).
+cuda_hold() {
+	local f=$REKINDLE_CUDA_HOLD_PIDFILE pid
+	case $1 in
+	off)
+		pid=$(cat "$f")
+		kill "$pid"
+		wait_for "cuda-checkpoint --hold (pid $pid) to exit" 10 sh -c "! kill -0 $pid"
+		rm -f "$f"
+		;;
+	on)
+		setsid "$BIN/cuda-checkpoint" --hold </dev/null >/dev/null 2>&1 3>&- &
+		echo $! >"$f"
+		;;
+	esac
+}
+
 # same_as_before NAME: the restored server NAME answers and holds what the
 # cold one did.
 same_as_before() {
@@ -453,6 +471,17 @@ set_rate() {
 	same_as_before vllm-big2
 	say "vllm-big2 (cached): $(set_rate vllm-big2)"
 	run_nerdctl rm -f vllm-big2
+	# The same cached restore with nothing holding the CUDA driver: each
+	# cuda-checkpoint run then initializes it anew.
+	if [ -s "${REKINDLE_CUDA_HOLD_PIDFILE:-}" ]; then
+		cuda_hold off
+		restore vllm-big3 "$image" "${SET_FLAGS[@]}"
+		say "vllm-big3 (cached, the CUDA driver not held): $(set_rate vllm-big3)"
+		run_nerdctl rm -f vllm-big3
+		cuda_hold on
+	else
+		say "a cached restore without the CUDA driver held: not run (no cuda-checkpoint --hold to stop)"
+	fi
 	echo "$image" >"$BATS_FILE_TMPDIR/big-image"
 
 	# A node that has nothing: a second containerd root pulls the checkpoint

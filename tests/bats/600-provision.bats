@@ -107,7 +107,7 @@ ghost-limit 64M" "runc's CRIU configuration (what vLLM needs)"
 	local d=$PROV_ROOT/etc/systemd/system
 	[ -f "$d/containerd.service" ] || skip "the playbook did not install the units"
 	cd "$d"
-	run_cmd systemd-analyze verify ./containerd.service ./rekindle-cache-gc.service ./rekindle-cache-gc.timer
+	run_cmd systemd-analyze verify ./containerd.service ./rekindle-cache-gc.service ./rekindle-cache-gc.timer ./rekindle-cuda-hold.service
 	is "$output" "" "systemd-analyze findings"
 	# The drop-in is read with the unit: a broken one must show.
 	cp -r "$d" "$BATS_TEST_TMPDIR/units"

@@ -14,14 +14,6 @@ exec > >(tee "$out/run.log") 2>&1
 echo "== host"
 nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total,persistence_mode --format=csv
 uname -r
-# REKINDLE_GPU_HOLD=1: hold every GPU's driver state up during the tests,
-# standing in for persistence mode where the host has it off and its
-# settings must stay (tests/gpu/hold-gpus.py says why it matters).
-if [ "${REKINDLE_GPU_HOLD:-0}" = 1 ]; then
-	python3 "$root/tests/gpu/hold-gpus.py" &
-	holder=$!
-	trap 'kill $holder 2>/dev/null' EXIT
-fi
 if [ "$bundle" != - ]; then
 	"$root/tests/gpu/prepare.sh" "$bundle" "$out/cdi.log" || { tail "$out/cdi.log"; exit 1; }
 fi
@@ -47,6 +39,17 @@ export PATH=$opt/bin:$opt/bats/bin:$PATH REKINDLE_BIN=$opt/bin
 # success: have it log every step here.
 export REKINDLE_CUDA_CHECKPOINT_LOG=$out/cuda-checkpoint.log
 nvidia-ctk cdi list
+# The CUDA driver held initialized, as rekindle-cuda-hold.service does on a
+# provisioned host (REKINDLE_CUDA_HOLD=0: not); 510 stops it for one restore
+# to measure what it saves.
+export REKINDLE_CUDA_HOLD_PIDFILE=/run/rekindle-cuda-hold.pid
+if [ "${REKINDLE_CUDA_HOLD:-1}" = 1 ]; then
+	setsid "$opt/bin/cuda-checkpoint" --hold </dev/null >/dev/null 2>&1 &
+	echo $! >"$REKINDLE_CUDA_HOLD_PIDFILE"
+	trap 'kill "$(cat "$REKINDLE_CUDA_HOLD_PIDFILE" 2>/dev/null)" 2>/dev/null; rm -f "$REKINDLE_CUDA_HOLD_PIDFILE"' EXIT
+else
+	rm -f "$REKINDLE_CUDA_HOLD_PIDFILE"
+fi
 criu check || echo "warning: criu check failed"
 export REKINDLE_BATS_FILES=${REKINDLE_BATS_FILES:-tests/bats/500-gpu.bats tests/bats/510-vllm.bats}
 export REKINDLE_BATS_FLAGS="--no-tempdir-cleanup ${REKINDLE_BATS_FLAGS:-}"

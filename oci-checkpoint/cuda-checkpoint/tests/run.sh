@@ -78,7 +78,7 @@ test_help_lists_options_without_driver() {
 	REKINDLE_LIBCUDA=/nonexistent ckpt -h
 	is "$rc" 0 "exit status" || return 1
 	local o
-	for o in --action --get-state --get-restore-tid --toggle --pid --timeout --device-map --help; do
+	for o in --action --get-state --get-restore-tid --toggle --hold --pid --timeout --device-map --help; do
 		has "$out" "$o" "help" || return 1
 	done
 	REKINDLE_LIBCUDA=/nonexistent ckpt --help && is "$rc" 0 "--help exit status"
@@ -451,6 +451,25 @@ cuCheckpointProcessRestore pid=$P pairs=2 reserved=0 ${U[1]}>${U[0]} ${U[0]}>${U
 cuCheckpointProcessUnlock pid=$P args=null" "calls (checkpointed)" || return 1
 	STUB_STATE=1 ckpt --toggle --pid $P
 	is "$rc" 1 "exit (locked)" && has "$out" "its CUDA state is locked" "error"
+}
+
+test_hold_keeps_the_driver_initialized_until_a_signal() {
+	rm -f "$STUB_LOG"
+	REKINDLE_CUDA_CHECKPOINT_LOG=$T/hold.log "$bin" --hold 2>"$T/hold.err" &
+	local pid=$! i
+	for ((i = 0; i < 50; i++)); do grep -q '^cuInit' "$STUB_LOG" 2>/dev/null && break; sleep 0.1; done
+	is "$(cat "$STUB_LOG" 2>/dev/null)" "cuInit flags=0 CUDA_VISIBLE_DEVICES=unset" "driver calls while holding (cuInit only: no context)" || return 1
+	sleep 0.2
+	kill -0 "$pid" 2>/dev/null || { echo "--hold exited before a signal: $(cat "$T/hold.err")"; return 1; }
+	kill -TERM "$pid"
+	wait "$pid"
+	is "$?" 0 "exit status after SIGTERM" &&
+		has "$(cat "$T/hold.log")" "released the CUDA driver (signal 15)" "log"
+}
+
+test_hold_without_a_driver_fails_naming_it() {
+	REKINDLE_LIBCUDA=/nonexistent ckpt --hold
+	is "$rc" 1 "exit status" && has "$out" "cannot load /nonexistent" "error"
 }
 
 test_log_file_records_the_remap() {
