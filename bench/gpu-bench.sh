@@ -33,6 +33,8 @@
 #   GPU_BENCH_GB         model size, ENGINE_PARAMS_GB (8: Qwen2.5-7B shapes, 12 layers; 1 for transformers)
 #   GPU_BENCH_PORT       engine port on the host network (30000)
 #   GPU_BENCH_H2D_MB     bytes copied per host-to-device measure (1024)
+#   GPU_BENCH_CUDA_HOLD  0: leave the CUDA driver unheld (default 1: cuda-checkpoint --hold runs
+#                        beside the rows, as rekindle-cuda-hold.service does on a provisioned host)
 #   REKINDLE_GPU_WEIGHTS host folder for the weights file (/var/tmp/rekindle-weights)
 #   REKINDLE_PYTHON      host interpreter with torch (python3)
 #   REKINDLE_WHEELS      folder with the torch_memory_saver wheel, when the host lacks it (.whl)
@@ -103,7 +105,17 @@ py=$(command -v "${REKINDLE_PYTHON:-python3}") || die "no ${REKINDLE_PYTHON:-pyt
 "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
 	die "$py has no torch with CUDA: the GPU engine runs the host's Python + PyTorch (set REKINDLE_PYTHON)"
 work=$(mktemp -d /tmp/rekindle-gpu-bench.XXXXXX)
-trap 'rm -rf "$work"' EXIT
+hold_pid= wpid=
+cleanup() {
+	[ -z "$hold_pid" ] || kill "$hold_pid" 2>/dev/null
+	if [ -n "$wpid" ]; then
+		kill "$wpid" 2>/dev/null
+		wait "$wpid" 2>/dev/null
+		umount "$wroot/sets" 2>/dev/null
+	fi
+	rm -rf "$work"
+}
+trap cleanup EXIT
 
 # torch_memory_saver: the host's, or installed from a wheel into a folder
 # that host-python.sh then binds into the container (as 500-gpu.bats does).
@@ -166,6 +178,13 @@ chmod 0755 "$work/h2d"
 # cuda-checkpoint logs each timed step here (CRIU's plugin drops its
 # output): bench.sh takes each restore's CUDA restore from it.
 export REKINDLE_CUDA_CHECKPOINT_LOG=${REKINDLE_CUDA_CHECKPOINT_LOG:-$work/cuda-checkpoint.log}
+
+# The CUDA driver held initialized during the runs, as on a provisioned
+# host (systemd/rekindle-cuda-hold.service); GPU_BENCH_CUDA_HOLD=0: not.
+if [ "${GPU_BENCH_CUDA_HOLD:-1}" = 1 ]; then
+	setsid "$bin/cuda-checkpoint" --hold </dev/null >"$work/cuda-hold.log" 2>&1 &
+	hold_pid=$!
+fi
 export BENCH_ENGINE=gpu BENCH_IMAGES=$images BENCH_PORT=$port BENCH_EXTRA_BANDWIDTH=$work/h2d
 export BENCH_OUT=${BENCH_OUT:-${OUT:-$root/build/bench}}
 # GPU_BENCH_CHECKPOINT_FLAGS replaces the profile, e.g. "--engine generic
@@ -184,6 +203,7 @@ if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
 	[ "$tp" -eq 1 ] || BENCH_RUN_FLAGS+=" --shm-size 1g"
 fi
 knobs=${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1}
+[ "${GPU_BENCH_CUDA_HOLD:-1}" = 1 ] || knobs+=" GPU_BENCH_CUDA_HOLD=0"
 [ "${GPU_BENCH_ENGINE:-}" != vllm ] || knobs+=" GPU_BENCH_VLLM_SHAPE=$vllm_shape"
 [ "$tp" -eq 1 ] || knobs+=" GPU_BENCH_TP=$tp"
 [ "$nrep" -eq 1 ] || knobs+=" GPU_BENCH_REPLICAS=$nrep"
@@ -199,7 +219,6 @@ if [ "${GPU_BENCH_WEIGHT_SET:-0}" = 1 ]; then
 	"$bin/rekindle-weights" --socket "$wsock" serve --root "$wroot" --state "$work/weights-state.json" --cdi-dir "" \
 		--quota "$([ "${GPU_BENCH_ENGINE:-}" = vllm ] && echo 0 || echo "$((gb + 2))G")" >"$work/weights-service.log" 2>&1 &
 	wpid=$!
-	trap 'kill $wpid 2>/dev/null; wait $wpid 2>/dev/null; umount "$wroot/sets" 2>/dev/null; rm -rf "$work"' EXIT
 	for _ in $(seq 100); do [ -S "$wsock" ] && break; sleep 0.1; done
 	# vLLM's set is its model folder's safetensors files (rekindle_vllm.py
 	# checks them against the folder); the reference engine's, its file.
