@@ -105,7 +105,7 @@ py=$(command -v "${REKINDLE_PYTHON:-python3}") || die "no ${REKINDLE_PYTHON:-pyt
 "$py" -c 'import torch; assert torch.cuda.is_available()' 2>/dev/null ||
 	die "$py has no torch with CUDA: the GPU engine runs the host's Python + PyTorch (set REKINDLE_PYTHON)"
 work=$(mktemp -d /tmp/rekindle-gpu-bench.XXXXXX)
-hold_pid= wpid=
+hold_pid='' wpid=''
 cleanup() {
 	[ -z "$hold_pid" ] || kill "$hold_pid" 2>/dev/null
 	if [ -n "$wpid" ]; then
