@@ -209,8 +209,10 @@ BOXES = [
       P("k-lsm", "--lsm-profile for every task"), P("k-cgns", "cgroup namespace in ignore mode")]),
     ("CUDA restore",
      "CRIU's CUDA plugin runs cuda-checkpoint again: the GPU state goes back onto the GPUs CDI gave the "
-     "new container (old UUIDs mapped onto new ones), then unlock.",
-     ["oci-checkpoint/cuda-checkpoint/cuda-checkpoint.c", "oci-checkpoint/cuda-checkpoint/remap.c"]),
+     "new container (old UUIDs mapped onto new ones), then unlock; a service keeps the driver initialized "
+     "so that each of these runs starts at once.",
+     ["oci-checkpoint/cuda-checkpoint/cuda-checkpoint.c", "oci-checkpoint/cuda-checkpoint/remap.c",
+      "systemd/rekindle-cuda-hold.service"]),
     ("wake",
      "rekindle-wake sees /.rekindle/wake and calls the engine's resume (SGLang: resume memory; vLLM: "
      "wake_up, reload_weights), retrying; the outcome and its times go to /.rekindle/status.",
