@@ -5,8 +5,10 @@
 # containerd, with helpers filling it in parallel (restore.log says how
 # many); a tree whose parent and child share half of a 512 MiB heap
 # copy-on-write still shares it after the restore, the parent's heap filled
-# and the child's compared by helpers; and a damaged pages image
-# fails the restore cleanly instead of hanging.
+# and the child's compared by helpers; a damaged pages image
+# fails the restore cleanly instead of hanging; and two processes that
+# share a deleted /dev/shm file (NCCL's shared-memory transport) share one
+# file again after a restore (tests/criu/shmshare.py).
 #
 # tests/criu/memstate builds the process and reports a digest per region;
 # make test-criu runs CRIU's own zdtm memory tests.
@@ -267,4 +269,36 @@ dump_memstate() {
 		die "restore.log does not say which shared memory could not be read: $(grep Error "$img/restore.log")"
 	wait_for "no process of the failed restore left running" 10 gone $tree
 	wait_for "the failed restore's zombies to be reaped" 60 none_alive $tree
+}
+
+@test "two processes that share a deleted /dev/shm file share one file again after the restore" {
+	# NCCL's shared-memory transport between two GPU workers: one creates
+	# the file, the other maps it by name, the name goes; their writes must
+	# still meet after a restore, not land in two copies.
+	local d=$BATS_TEST_TMPDIR/shm img=$BATS_TEST_TMPDIR/shm-img first second before
+	mkdir -p "$d" "$img"
+	setsid python3 "$REKINDLE_ROOT/tests/criu/shmshare.py" "$d" </dev/null >"$d/log" 2>&1 3>&- &
+	echo $! >"$BATS_TEST_TMPDIR/host-pgid"
+	wait_for "shmshare's two processes to map the file" 30 test -s "$d/ready"
+	read -r first second <"$d/ready"
+	kill -USR1 "$second"
+	wait_for "the second process's write" 10 grep -qx 1 "$d/wrote"
+	kill -USR2 "$first"
+	wait_for "the first process's report" 10 test -s "$d/read"
+	before=$(cat "$d/read")
+	[[ $before == "1 "* ]] || die "before the checkpoint the first process saw '$before', not the second's write"
+
+	# 8 MiB ghost file: over CRIU's 1 MiB default, as NCCL's are (runc.conf
+	# has ghost-limit 64M on GPU hosts).
+	run_cmd "$BIN/criu" dump -t "$first" -D "$img" -o dump.log --ghost-limit 64M
+	wait_for "the dumped tree to exit" 30 none_alive "$first" "$second"
+	is "$(find "$img" -name 'ghost-file-*.img' -size +8000k | wc -l)" 1 "one ghost file, the whole 8 MiB, for the two mappings"
+	run_cmd "$BIN/criu" restore -d -D "$img" -o restore.log
+	rm -f "$d/wrote" "$d/read"
+	kill -USR1 "$second"
+	wait_for "the restored second process's write" 10 grep -qx 2 "$d/wrote"
+	kill -USR2 "$first"
+	wait_for "the restored first process's report" 10 test -s "$d/read"
+	is "$(cat "$d/read")" "2 ${before#1 }" "the first process sees the second's write after the restore, and the pattern written before"
+	[ ! -e "/dev/shm/rekindle-shmshare-$first" ] || die "the restore left the ghost file's name in /dev/shm"
 }
