@@ -133,6 +133,19 @@ src_sha() { sha256sum "$1" | cut -d' ' -f1; }
 
 # snapshots: the containerd snapshots (to see none was left behind).
 snapshots() { "$BIN/ctr" --address "$RK_DIR/containerd.sock" -n default snapshots ls | tail -n +2 | sort; }
+# snapshots_quiet: the snapshots once no container's view is active any
+# more (up to 10 s): an earlier test's `nerdctl run --rm` leaves one that
+# garbage collection removes a moment later, and a list taken before that
+# would not be seen again.
+snapshots_quiet() {
+	local now i
+	for ((i = 0; i < 50; i++)); do
+		now=$(snapshots)
+		grep -qE ' Active[[:space:]]*$' <<<"$now" || break
+		sleep 0.2
+	done
+	echo "$now"
+}
 # snapshots_settle BEFORE WHAT: the snapshots are BEFORE again. nerdctl run
 # leaves a view of the image under a lease it ends on exit, which
 # containerd's garbage collection removes a moment later.
@@ -299,7 +312,7 @@ snapshots_settle() {
 @test "a container the allow list refuses is not created; an allowed one is" {
 	run_w load --allow 'containerd:default/good-*' guarded "$SRC/small/model-2.safetensors"
 	local before
-	before=$(snapshots)
+	before=$(snapshots_quiet)
 	run_nerdctl 1 run --rm --name bad-1 --net none --device rekindle.dev/weights=guarded "$BASE_IMAGE" true
 	[[ $output == *"container bad-1 ("*") in containerd namespace default may not map weight set guarded (allowed: containerd:default/good-*)"*"--allow 'containerd:default/good-*' --allow containerd:default/bad-1 guarded"* ]] ||
 		die "refusal does not name container, set and fix"
