@@ -1,6 +1,6 @@
 // Package criuimg reads what oci-checkpoint's memory report and its
 // packaging (pkg/sparse) both take from a CRIU dump: images decoded by
-// go-criu's crit, a process's mappings, a pagemap entry's length, and
+// go-criu's crit, a process's pagemap and mappings, a pagemap entry's length, and
 // CRIU's bits for mappings and pages.
 package criuimg
 
@@ -56,6 +56,23 @@ func Decode(dir, name string, entry proto.Message) (*crit.CriuImage, error) {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	return img, nil
+}
+
+// Pagemap decodes process pid's pagemap-PID.img: its head (entry 0) names
+// the pages file, returned too; entries 1.. are its pagemap entries.
+func Pagemap(dir string, pid uint32) (*crit.CriuImage, string, error) {
+	img, err := Decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
+	if err != nil {
+		return nil, "", err
+	}
+	if len(img.Entries) == 0 {
+		return nil, "", fmt.Errorf("pagemap-%d.img holds no head", pid)
+	}
+	head, ok := img.Entries[0].Message.(*pagemap.PagemapHead)
+	if !ok {
+		return nil, "", fmt.Errorf("pagemap-%d.img has no head", pid)
+	}
+	return img, fmt.Sprintf("pages-%d.img", head.GetPagesId()), nil
 }
 
 // VMAs returns the mappings of process pid, from its mm-PID.img.

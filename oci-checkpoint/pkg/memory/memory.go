@@ -306,16 +306,13 @@ type span struct{ start, end uint64 }
 // pages of zeros by l's count. CRIU writes a process's stored pages to its
 // pages file in the pagemap's order.
 func storedPages(dir string, pid uint32, l *Layer) (stored, zero []span, err error) {
-	img, err := criuimg.Decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
+	img, pages, err := criuimg.Pagemap(dir, pid)
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(img.Entries) == 0 {
-		return nil, nil, fmt.Errorf("pagemap-%d.img holds no head", pid)
-	}
 	var runs []span
-	if h, ok := img.Entries[0].Message.(*pagemap.PagemapHead); ok && l != nil {
-		runs = l.zero[fmt.Sprintf("pages-%d.img", h.GetPagesId())]
+	if l != nil {
+		runs = l.zero[pages]
 	}
 	var index uint64 // of the entry's first page in the pages file
 	for _, e := range img.Entries[1:] {

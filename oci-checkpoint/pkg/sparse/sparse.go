@@ -147,18 +147,10 @@ type planned struct {
 
 // process plans one process; nil when it is left as CRIU wrote it.
 func process(dir string, pid uint32, parents map[uint32]uint32) (*planned, error) {
-	img, err := criuimg.Decode(dir, fmt.Sprintf("pagemap-%d.img", pid), &pagemap.PagemapEntry{})
+	img, pages, err := criuimg.Pagemap(dir, pid)
 	if err != nil {
 		return nil, err
 	}
-	if len(img.Entries) == 0 {
-		return nil, fmt.Errorf("pagemap-%d.img holds no head", pid)
-	}
-	head, ok := img.Entries[0].Message.(*pagemap.PagemapHead)
-	if !ok {
-		return nil, fmt.Errorf("pagemap-%d.img has no head", pid)
-	}
-	pages := fmt.Sprintf("pages-%d.img", head.GetPagesId())
 	droppable, err := droppableRanges(dir, pid, parents)
 	if err != nil {
 		return nil, err
