@@ -147,8 +147,6 @@ static int hold(void)
 	sigset_t set;
 	int sig;
 
-	/* All the host's GPUs, as for every other operation. */
-	unsetenv("CUDA_VISIBLE_DEVICES");
 	if (driver_open(&d))
 		return 1;
 	note("holding the CUDA driver initialized (pid %d)", getpid());
@@ -206,6 +204,9 @@ int main(int argc, char **argv)
 		fail("give exactly one of --action, --get-state, --get-restore-tid, --toggle, --hold (see --help)");
 		return 2;
 	}
+	/* The tool must see every GPU of the host, whatever CRIU's environment
+	 * restricts for CUDA programs. */
+	unsetenv("CUDA_VISIBLE_DEVICES");
 	if (op == OP_HOLD)
 		return hold();
 	if (pid <= 0) {
@@ -222,9 +223,6 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
-	/* The tool must see every GPU of the host, whatever CRIU's environment
-	 * restricts for CUDA programs. */
-	unsetenv("CUDA_VISIBLE_DEVICES");
 	struct driver d;
 	if (driver_open(&d))
 		return 1;
