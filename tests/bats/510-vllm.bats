@@ -466,7 +466,8 @@ set_rate() {
 	# CRIU's fills read several places of the layer at once: the same in
 	# four O_DIRECT streams, a quarter each.
 	local size q i t4 ddpids=()
-	size=$(stat -c %s "$layer") q=$(($(stat -c %s "$layer") / 4 / (64 << 20) + 1)) t4=$EPOCHREALTIME
+	size=$(stat -c %s "$layer")
+	q=$((size / 4 / (64 << 20) + 1)) t4=$EPOCHREALTIME
 	for i in 0 1 2 3; do
 		dd if="$layer" of=/dev/null bs=64M iflag=direct skip=$((i * q)) count=$q 2>/dev/null 3>&- &
 		ddpids+=($!)
