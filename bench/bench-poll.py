@@ -5,7 +5,10 @@ engine's /state as one JSON object.
 
 BENCH_API=openai (a vLLM server): ready is GET /is_sleeping answering
 {"is_sleeping": false} (its /health answers while it sleeps), PROMPT goes to
-/v1/completions, and there is no /state.
+/v1/completions, and there is no /state. There t_answer is the end of a
+one-token request sent first (the first token as a client sees it, the
+clock of 510-vllm.bats); PROMPT's whole answer, which the bench compares
+across restores, follows it (t_full_answer).
 
 A health poll gives up after 250 ms: while a container's network comes up, a
 connection to the published port can be accepted and never answered (seen
@@ -41,7 +44,13 @@ while True:
         sys.exit(1)
     time.sleep(0.002)
 t_health = time.time()
+t_first = None
 try:
+    if openai:
+        status, body = call("POST", "/v1/completions", json.dumps(dict(json.loads(prompt), max_tokens=1)).encode())
+        if status != 200:
+            raise ValueError(f"HTTP {status}: {body[:200]!r}")
+        t_first = time.time()
     status, body = call("POST", "/v1/completions" if openai else "/generate", prompt.encode())
     if status != 200:
         raise ValueError(f"HTTP {status}: {body[:200]!r}")
@@ -51,7 +60,8 @@ try:
 except (OSError, ValueError, KeyError, IndexError) as e:
     print(json.dumps({"error": f"the first completion failed: {e}", "t_health": t_health}))
     sys.exit(1)
-t_answer = time.time()
+t_full = time.time()
 state = {} if openai else json.loads(call("GET", "/state", wait=60.0)[1])
-print(json.dumps({"t_poll_start": t_start, "t_health": t_health, "t_answer": t_answer, "polls": polls,
+times = {"t_answer": t_first, "t_full_answer": t_full} if openai else {"t_answer": t_full}
+print(json.dumps({"t_poll_start": t_start, "t_health": t_health, **times, "polls": polls,
                   "text": answer.get("text"), "output_ids": answer.get("output_ids"), "state": state}))

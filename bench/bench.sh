@@ -245,7 +245,7 @@ measure() {
 	elif [ "$said" != "$cold_said" ]; then
 		die "$path (rep $rep) answered $said, the engine before the checkpoint $cold_said"
 	fi
-	jq -r --arg p "$path" '"    \($p): first answer after \(.t_answer - .t0 | . * 100 | round / 100)s"' <<<"$(tail -1 "$dir/runs.jsonl")" >&2
+	jq -r --arg p "$path" '"    \($p): \(if .t_full_answer then "first token" else "first answer" end) after \(.t_answer - .t0 | . * 100 | round / 100)s"' <<<"$(tail -1 "$dir/runs.jsonl")" >&2
 }
 
 # ---- the run -----------------------------------------------------------------
