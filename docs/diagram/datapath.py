@@ -48,6 +48,7 @@ PATCHES = {
     "c-direct": ("containerd-patches", "diff-apply-read-a-layer-s-blob-with-O_DIRECT"),
     "c-erofs": ("containerd-patches", "diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS"),
     "c-mount": ("containerd-patches", "checkpointimage-read-a-checkpoint-layer-kept-in-plac"),
+    "c-directio": ("containerd-patches", "checkpointimage-mount-a-checkpoint-layer-kept-in-pla"),
     "c-gpus": ("containerd-patches", "checkpointimage-refuse-a-container-given-fewer-GPUs"),
     "c-rules": ("containerd-patches", "checkpointimage-apply-oci-checkpoint-check-s-rules"),
     "c-criu-cause": ("containerd-patches", "runc-shim-name-CRIU-s-errors"),
@@ -166,6 +167,7 @@ BOXES = [
      "The checkpoint layer is not extracted: the snapshot hard-links its blob and holds an EROFS tar "
      "index over it; the restore mounts that index, and CRIU reads the pages from the blob.",
      [P("c-erofs", "EROFS tar index at unpack"), P("c-mount", "read through the EROFS mount"),
+      P("c-directio", "directio unless the blob is cached"),
       "scripts/build-erofs-utils.sh"]),
     ("restore on create",
      "containerd's Tasks.Create (nerdctl) or CRI's CreateContainer sees a checkpoint image: the host's "
