@@ -2,15 +2,17 @@
 """vllm-tp-decode.py MODEL: what the multi-GPU checkpoint settings cost in
 decode speed. Two tensor-parallel vLLM servers of MODEL run on the host
 (integrations/vllm/serve.py, vLLM from ENGINE_SITE): "checkpointable" with the
-settings serve.py sets (NCCL's P2P, SHM and NVLS off, custom all-reduce
-and symmetric memory off), "default" with NCCL's and vLLM's own choices.
+settings serve.py sets (NCCL's P2P and NVLS off, custom all-reduce and
+symmetric memory off), "default" with NCCL's and vLLM's own choices.
 With 2 x TP GPUs both start at once on GPUs 0..TP-1 and TP..2TP-1;
 otherwise one after the other. Once both serve, each is measured alone:
 one stream of --tokens tokens, then --batch streams at once. Prints one
 JSON object; exit 1 when a server does not start (its log's tail shown).
 
---against shm measures instead against the settings with NCCL's shared-memory
-transport left on (host buffers shared by the workers, no GPU memory).
+--against no-shm measures instead against the settings with NCCL's
+shared-memory transport also off (NCCL_SHM_DISABLE=1: all-reduces over
+loopback sockets), as serve.py set them before the transport was shown to
+survive a checkpoint.
 --checkpoint-in-place then puts each server to sleep (level 1), runs
 cuda-checkpoint lock, checkpoint, restore and unlock on all its CUDA
 processes at once, wakes it and says whether its greedy tokens and decode
@@ -39,7 +41,7 @@ DEFAULT_ENV = {"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "0", "NCCL_NVLS_ENAB
                "NCCL_CUMEM_ENABLE": "0",  # vLLM's own default (vllm/env_override.py)
                "VLLM_ALLREDUCE_USE_SYMM_MEM": "1"}
 # serve.py's settings but NCCL's shared-memory transport.
-SHM_ENV = {"NCCL_SHM_DISABLE": "0"}
+NO_SHM_ENV = {"NCCL_SHM_DISABLE": "1"}
 
 
 def start(name, gpus, port, args, extra_env, logdir):
@@ -185,8 +187,8 @@ def main():
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--logs", default=".")
     ap.add_argument("--timeout", type=int, default=420, help="seconds for a server to start")
-    ap.add_argument("--against", choices=("default", "shm"), default="default",
-                    help="the second server: NCCL's and vLLM's own choices, or the settings with NCCL's SHM on")
+    ap.add_argument("--against", choices=("default", "no-shm"), default="default",
+                    help="the second server: NCCL's and vLLM's own choices, or the settings with NCCL's SHM off too")
     ap.add_argument("--checkpoint-in-place", action="store_true",
                     help="then cuda-checkpoint each server's processes in place and say what came back")
     args = ap.parse_args()
@@ -194,7 +196,7 @@ def main():
     if ngpu < args.tp:
         sys.exit(f"vllm-tp-decode: tensor parallel {args.tp} needs {args.tp} GPUs, this host has {ngpu}")
     os.makedirs(args.logs, exist_ok=True)
-    kinds = [("checkpointable", {}), ("default", DEFAULT_ENV) if args.against == "default" else ("shm", SHM_ENV)]
+    kinds = [("checkpointable", {}), ("default", DEFAULT_ENV) if args.against == "default" else ("no-shm", NO_SHM_ENV)]
     together = ngpu >= 2 * args.tp
     result = {"model": args.model, "tp": args.tp, "started_together": together}
     servers = []

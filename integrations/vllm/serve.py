@@ -46,8 +46,9 @@ def add_sites():
 # What a vLLM of several GPU workers (tensor or pipeline parallel > 1) needs
 # for cuda-checkpoint on driver 580, which cannot checkpoint GPU memory that
 # processes share: NCCL's and vLLM's sharing turned off. oci-checkpoint's
-# preflight (pkg/engine/multigpu.go) refuses a server without them.
-MULTI_GPU_ENV = [("NCCL_P2P_DISABLE", "1"), ("NCCL_SHM_DISABLE", "1"), ("NCCL_NVLS_ENABLE", "0"),
+# preflight (pkg/engine/multigpu.go) refuses a server without them. NCCL's
+# shared-memory transport, host memory only, stays on.
+MULTI_GPU_ENV = [("NCCL_P2P_DISABLE", "1"), ("NCCL_NVLS_ENABLE", "0"),
                  ("NCCL_CUMEM_ENABLE", "0"), ("VLLM_ALLREDUCE_USE_SYMM_MEM", "0")]
 NO_CUSTOM_ALL_REDUCE = "--disable-custom-all-reduce"
 

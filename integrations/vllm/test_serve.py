@@ -46,7 +46,7 @@ class Phases(unittest.TestCase):
         self.assertIsNone(p["logged_s"])
 
 
-WANT_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NVLS_ENABLE": "0",
+WANT_ENV = {"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0",
             "NCCL_CUMEM_ENABLE": "0", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0"}
 
 
@@ -77,7 +77,7 @@ class MultiGPU(unittest.TestCase):
         self.assertIn("cuda-checkpoint", line)
 
     def test_user_values_are_kept_and_named(self):
-        env = {"NCCL_P2P_DISABLE": "0", "NCCL_SHM_DISABLE": "1", "OTHER": "x"}
+        env = {"NCCL_P2P_DISABLE": "0", "NCCL_NVLS_ENABLE": "0", "OTHER": "x"}
         _, line = serve.multi_gpu(["-tp", "2"], env)
         self.assertEqual(env["NCCL_P2P_DISABLE"], "0")
         self.assertEqual(env["OTHER"], "x")
@@ -85,7 +85,15 @@ class MultiGPU(unittest.TestCase):
                          {k: v for k, v in WANT_ENV.items() if k != "NCCL_P2P_DISABLE"})
         self.assertIn("kept NCCL_P2P_DISABLE=0", line)
         self.assertIn("will refuse", line)
-        self.assertNotIn("set NCCL_SHM_DISABLE", line)
+        self.assertNotIn("NCCL_NVLS_ENABLE", line)
+        self.assertNotIn("NCCL_SHM_DISABLE", line)
+
+    def test_shared_memory_transport_is_left_on(self):
+        for env in ({}, {"NCCL_SHM_DISABLE": "1"}):
+            before = dict(env)
+            _, line = serve.multi_gpu(["-tp", "2"], env)
+            self.assertEqual(env.get("NCCL_SHM_DISABLE"), before.get("NCCL_SHM_DISABLE"))
+            self.assertNotIn("NCCL_SHM_DISABLE", line)
 
     def test_only_kept_values_say_so(self):
         env = dict(WANT_ENV, NCCL_CUMEM_ENABLE="1")

@@ -342,9 +342,14 @@ same_as_before() {
 	# serve.py sets the NCCL settings a checkpoint needs (docs/multi-gpu.md).
 	VLLM_GPUS="0 1"
 	t=$EPOCHREALTIME
-	run_vllm vllm-tp "$VLLM_IMAGE" --env="ENGINE_VLLM_ARGS=$VARGS --tensor-parallel-size 2"
+	run_vllm vllm-tp "$VLLM_IMAGE" --env="ENGINE_VLLM_ARGS=$VARGS --tensor-parallel-size 2" --env=NCCL_DEBUG=INFO
 	wait_for "vLLM with tensor parallel 2 to serve" 900 v vllm-tp GET /health
 	say "tp2 cold start: nerdctl run -> serving $(secs_since "$t")s"
+	# P2P is off; NCCL's shared-memory transport, left on, carries the
+	# all-reduces, so the restores below must keep its /dev/shm buffers shared.
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs vllm-tp >"$BATS_TEST_TMPDIR/tp-cold.log" 2>&1
+	grep -q ' via SHM/' "$BATS_TEST_TMPDIR/tp-cold.log" || die "NCCL connected the workers without its SHM transport: $(grep -m3 ' via ' "$BATS_TEST_TMPDIR/tp-cold.log")"
+	say "tp2 NCCL: $(grep -m1 -o 'Channel [0-9/]* : .* via SHM/[^ ]*' "$BATS_TEST_TMPDIR/tp-cold.log")"
 	tokens vllm-tp >"$BATS_FILE_TMPDIR/tokens" || die "no completions from the TP=2 server"
 	inside vllm-tp >"$BATS_FILE_TMPDIR/inside"
 	t=$EPOCHREALTIME

@@ -15,10 +15,11 @@ type Setting struct {
 // parallel > 1) must run with: cuda-checkpoint on driver 580 cannot
 // checkpoint GPU memory that processes share (CUDA IPC), and each of these
 // turns one such sharing off (DESIGN.md, "Known hazards"). integrations/vllm/serve.py
-// sets the same values.
+// sets the same values. NCCL's shared-memory transport stays on: it shares
+// host memory only, /dev/shm files that CRIU restores as shared mappings
+// (docs/multi-gpu.md).
 var MultiGPUEnv = []Setting{
 	{"NCCL_P2P_DISABLE", "1", "NCCL's peer-to-peer transport maps the other GPUs' memory by CUDA IPC"},
-	{"NCCL_SHM_DISABLE", "1", "NCCL's shared-memory transport shares CUDA-registered host buffers between the processes"},
 	{"NCCL_NVLS_ENABLE", "0", "NVLink SHARP multicast memory spans the GPUs, and can take a shared host's GPUs out of service"},
 	{"NCCL_CUMEM_ENABLE", "0", "NCCL's cuMem buffers are exported to the other processes as shareable handles"},
 	{"VLLM_ALLREDUCE_USE_SYMM_MEM", "0", "vLLM's symmetric-memory all-reduce maps the other GPUs' memory"},

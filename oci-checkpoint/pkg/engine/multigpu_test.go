@@ -11,7 +11,7 @@ import (
 
 // goodEnv is what a TP > 1 vLLM must run with, as collect_env lists it.
 var goodEnv = map[string]string{
-	"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1", "NCCL_NVLS_ENABLE": "0",
+	"NCCL_P2P_DISABLE": "1", "NCCL_NVLS_ENABLE": "0",
 	"NCCL_CUMEM_ENABLE": "0", "VLLM_ALLREDUCE_USE_SYMM_MEM": "0",
 }
 
@@ -80,12 +80,15 @@ func TestPreflightMultiGPU(t *testing.T) {
 		{name: "TP=2 with all", par: tp(2, true), env: goodEnv},
 		{name: "TP=2 with none", par: tp(2, false), env: map[string]string{},
 			want: []string{"2 GPU workers (tensor parallel 2, pipeline parallel 1)", "driver 580",
-				"set NCCL_P2P_DISABLE=1 (unset;", "set NCCL_SHM_DISABLE=1", "set NCCL_NVLS_ENABLE=0",
+				"set NCCL_P2P_DISABLE=1 (unset;", "set NCCL_NVLS_ENABLE=0",
 				"set NCCL_CUMEM_ENABLE=0", "set VLLM_ALLREDUCE_USE_SYMM_MEM=0", "add --disable-custom-all-reduce"}},
 		{name: "TP=2 without --disable-custom-all-reduce", par: tp(2, false), env: goodEnv,
 			want: []string{"add --disable-custom-all-reduce (vLLM's custom all-reduce"}, not: []string{"set "}},
 		{name: "wrong value", par: tp(2, true), env: with(goodEnv, "NCCL_P2P_DISABLE", "0"),
-			want: []string{`set NCCL_P2P_DISABLE=1 (it is "0"; NCCL's peer-to-peer transport`}, not: []string{"NCCL_SHM_DISABLE"}},
+			want: []string{`set NCCL_P2P_DISABLE=1 (it is "0"; NCCL's peer-to-peer transport`}, not: []string{"NCCL_NVLS_ENABLE"}},
+		// NCCL's shared-memory transport shares host memory only: on or off, it passes.
+		{name: "TP=2 with SHM on", par: tp(2, true), env: with(goodEnv, "NCCL_SHM_DISABLE", "0")},
+		{name: "TP=2 with SHM off", par: tp(2, true), env: with(goodEnv, "NCCL_SHM_DISABLE", "1")},
 		{name: "wrong value of a vLLM variable", par: tp(2, true), env: with(goodEnv, "VLLM_ALLREDUCE_USE_SYMM_MEM", "1"),
 			want: []string{`set VLLM_ALLREDUCE_USE_SYMM_MEM=0 (it is "1"`}},
 		{name: "PP=2 counts", par: map[string]any{"tensor_parallel_size": 1, "pipeline_parallel_size": 2},
@@ -93,7 +96,7 @@ func TestPreflightMultiGPU(t *testing.T) {
 		{name: "TP=2 PP=2", par: map[string]any{"tensor_parallel_size": 2, "pipeline_parallel_size": 2, "disable_custom_all_reduce": true},
 			env: goodEnv},
 		{name: "TP=2, no env_vars reported", par: tp(2, true), env: nil,
-			want: []string{"reports no system_env.env_vars", "NCCL_P2P_DISABLE, NCCL_SHM_DISABLE"}},
+			want: []string{"reports no system_env.env_vars", "NCCL_P2P_DISABLE, NCCL_NVLS_ENABLE"}},
 	}
 	for _, s := range MultiGPUEnv {
 		cases = append(cases, tcase{name: "TP=2 without " + s.Name, par: tp(2, true), env: without(goodEnv, s.Name),
@@ -141,7 +144,7 @@ func TestPreflightNamesEveryProblem(t *testing.T) {
 	defer srv.Close()
 	p, _ := Lookup("vllm", 0)
 	_, err := (&Client{Base: srv.URL}).Preflight(context.Background(), p)
-	for _, w := range []string{"--enable-sleep-mode", "set NCCL_SHM_DISABLE=1", "add --disable-custom-all-reduce"} {
+	for _, w := range []string{"--enable-sleep-mode", "set NCCL_NVLS_ENABLE=0", "add --disable-custom-all-reduce"} {
 		if err == nil || !strings.Contains(err.Error(), w) {
 			t.Errorf("error lacks %q: %v", w, err)
 		}
