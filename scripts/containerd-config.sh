@@ -15,16 +15,23 @@
 # checkpoint_restore_keys and checkpoint_restore_require_signature
 # (containerd-patches/checkpointimage-restore-only-signed-checkpoint-image); unset,
 # the default, they are left out: no signature is required.
+#
+# CONTAINERD_DISABLE_READ_AHEAD=true sets disable_checkpoint_read_ahead: a
+# restore's pages images are then read by CRIU alone
+# (containerd-patches/tasks-read-a-checkpoint-s-pages-images-ahead-from-ta).
 set -euo pipefail
 dir=$1 bin=$2
 restore_images=${CONTAINERD_RESTORE_IMAGES-'["rekindle.local", "127.0.0.1:*"]'}
 restore_keys=${CONTAINERD_RESTORE_KEYS:-}
 require_signature=${CONTAINERD_RESTORE_REQUIRE_SIGNATURE:-}
-case "$require_signature" in '' | true | false) ;; *)
-	echo "containerd-config.sh: CONTAINERD_RESTORE_REQUIRE_SIGNATURE=$require_signature: want true or false" >&2
-	exit 2
-	;;
-esac
+disable_read_ahead=${CONTAINERD_DISABLE_READ_AHEAD:-}
+for v in CONTAINERD_RESTORE_REQUIRE_SIGNATURE CONTAINERD_DISABLE_READ_AHEAD; do
+	case "${!v:-}" in '' | true | false) ;; *)
+		echo "containerd-config.sh: $v=${!v}: want true or false" >&2
+		exit 2
+		;;
+	esac
+done
 cat <<TOML
 version = 4
 root = "$dir/root"
@@ -53,6 +60,7 @@ $(
 	[ -z "$restore_images" ] || echo "  checkpoint_restore_images = $restore_images"
 	[ -z "$restore_keys" ] || echo "  checkpoint_restore_keys = $restore_keys"
 	[ -z "$require_signature" ] || echo "  checkpoint_restore_require_signature = $require_signature"
+	[ -z "$disable_read_ahead" ] || echo "  disable_checkpoint_read_ahead = $disable_read_ahead"
 )
 
 [plugins.'io.containerd.cri.v1.runtime']

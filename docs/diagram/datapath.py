@@ -49,6 +49,7 @@ PATCHES = {
     "c-erofs": ("containerd-patches", "diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS"),
     "c-mount": ("containerd-patches", "checkpointimage-read-a-checkpoint-layer-kept-in-plac"),
     "c-directio": ("containerd-patches", "checkpointimage-mount-a-checkpoint-layer-kept-in-pla"),
+    "c-pages-ahead": ("containerd-patches", "tasks-read-a-checkpoint-s-pages-images-ahead-from-ta"),
     "c-gpus": ("containerd-patches", "checkpointimage-refuse-a-container-given-fewer-GPUs"),
     "c-rules": ("containerd-patches", "checkpointimage-apply-oci-checkpoint-check-s-rules"),
     "c-criu-cause": ("containerd-patches", "runc-shim-name-CRIU-s-errors"),
@@ -168,6 +169,7 @@ BOXES = [
      "index over it; the restore mounts that index, and CRIU reads the pages from the blob.",
      [P("c-erofs", "EROFS tar index at unpack"), P("c-mount", "read through the EROFS mount"),
       P("c-directio", "directio unless the blob is cached"),
+      P("c-pages-ahead", "pages read ahead from task create"),
       "scripts/build-erofs-utils.sh"]),
     ("restore on create",
      "containerd's Tasks.Create (nerdctl) or CRI's CreateContainer sees a checkpoint image: the host's "

@@ -157,19 +157,26 @@ no_erofs_mounts() {
 	layer=$(manifest_of "$image" | jq -r '.layers[0].digest')
 	no_erofs_mounts || die "EROFS mounts before the restore: $(erofs_mounts)"
 
-	local p pid
+	# The first restore from a cold page cache: the blob is mounted with
+	# directio, and the pages are read ahead from task create on.
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	local p ahead
 	for p in 1 2 3; do
-		if [ "$p" = 3 ]; then
-			# A containerd restarted between restores finds the mount again.
-			pid=$(cat "$RK_DIR/containerd.pid")
-			kill -TERM "$pid"
-			wait_for "containerd $pid to stop" 20 gone "$pid"
-			stack_up
-		fi
+		# A containerd restarted between restores finds the mount again.
+		[ "$p" != 3 ] || stack_restart
 		port=$(free_port)
 		restored "ipdst$p" "$port" "$image" "helper outcome, restore $p"
 		is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after restore $p"
+		ahead=$(grep -o 'checkpoint read-ahead: read [0-9]* MiB of [0-9]* MiB' "$RK_DIR/containerd.log" | tail -1)
+		case $p in
+		1) [[ $ahead =~ read\ [1-9][0-9]*\ MiB\ of ]] || die "restore 1, cold: the pages were not read ahead: '$ahead'" ;;
+		*) [[ $ahead =~ read\ 0\ MiB\ of\ [1-9] ]] || die "restore $p, cached: the read-ahead read the disk: '$ahead'" ;;
+		esac
 	done
+	grep -q "checkpoint layer $layer in place (EROFS tar index over its blob, direct I/O: " "$RK_DIR/containerd.log" ||
+		die "the cold blob was not mounted with directio: $(grep -o 'mounted checkpoint layer [^"]*' "$RK_DIR/containerd.log")"
+	is "$(grep -c "checkpoint layer $layer in place (EROFS tar index over its blob, buffered: " "$RK_DIR/containerd.log")" "0" "mounts of the cold blob without directio"
 	is "$(grep -c "checkpoint layer $layer, read in place through its EROFS tar index" "$RK_DIR/containerd.log")" "1" "layer read in place"
 	is "$(grep -c "stored extracted checkpoint of checkpoint layer $layer" "$RK_DIR/containerd.log")" "0" "extractions"
 	is "$(erofs_mounts | wc -l)" "1" "one mount for the three restores"

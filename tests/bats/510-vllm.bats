@@ -498,6 +498,23 @@ set_rate() {
 	else
 		say "a cached restore without the CUDA driver held: not run (no cuda-checkpoint --hold to stop)"
 	fi
+	# The first restore twice more, side by side: without the pages read
+	# ahead from task create on, then with them
+	# (containerd-patches/tasks-read-a-checkpoint-s-pages-images-ahead-from-ta).
+	local ahead
+	for ahead in false true; do
+		CONTAINERD_DISABLE_READ_AHEAD=$([ "$ahead" = true ] && echo false || echo true) stack_restart
+		sync
+		echo 3 >/proc/sys/vm/drop_caches
+		restore "vllm-big-ahead-$ahead" "$image" "${SET_FLAGS[@]}"
+		same_as_before "vllm-big-ahead-$ahead"
+		if [ "$ahead" = true ]; then
+			say "vllm-big-ahead-true (first again, pages read ahead): $(grep -o 'checkpoint read-ahead: [^"]*' "$RK_DIR/containerd.log" | tail -1)"
+		else
+			say "vllm-big-ahead-false (first again, pages not read ahead)"
+		fi
+		run_nerdctl rm -f "vllm-big-ahead-$ahead"
+	done
 	echo "$image" >"$BATS_FILE_TMPDIR/big-image"
 
 	# A node that has nothing: a second containerd root pulls the checkpoint

@@ -35,6 +35,17 @@ stack_up() {
 	"$REKINDLE_ROOT/scripts/containerd-up.sh" "$RK_DIR" 3>&-
 }
 
+# stack_restart: stop this file's containerd and start it again with the
+# configuration the environment gives now; its containers keep running.
+stack_restart() {
+	local pid
+	pid=$(cat "$RK_DIR/containerd.pid")
+	kill -TERM "$pid"
+	for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+	! kill -0 "$pid" 2>/dev/null || die "containerd (pid $pid) did not stop"
+	"$REKINDLE_ROOT/scripts/containerd-up.sh" "$RK_DIR" 3>&-
+}
+
 # remove_containers: remove every container nerdctl lists, running or not
 # (a test's teardown, also after a test that failed half way).
 remove_containers() {
