@@ -81,11 +81,7 @@ events_up() {
 # CONTAINERD_RESTORE_KEYS and CONTAINERD_RESTORE_REQUIRE_SIGNATURE, as set,
 # pick the policy). Images, containers and pods stay in its root.
 restart_containerd() {
-	local pid
-	pid=$(cat "$RK_DIR/containerd.pid")
-	kill -TERM "$pid"
-	wait_for "containerd $pid to stop" 20 gone "$pid"
-	HTTPS_PROXY=$OFFLINE_PROXY HTTP_PROXY=$OFFLINE_PROXY NO_PROXY= stack_up
+	HTTPS_PROXY=$OFFLINE_PROXY HTTP_PROXY=$OFFLINE_PROXY NO_PROXY= stack_restart
 }
 
 # make_keys: an Ed25519 key pair as an operator makes one, in $KEYS: the

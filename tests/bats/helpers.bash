@@ -41,9 +41,8 @@ stack_restart() {
 	local pid
 	pid=$(cat "$RK_DIR/containerd.pid")
 	kill -TERM "$pid"
-	for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
-	! kill -0 "$pid" 2>/dev/null || die "containerd (pid $pid) did not stop"
-	"$REKINDLE_ROOT/scripts/containerd-up.sh" "$RK_DIR" 3>&-
+	wait_for "containerd $pid to stop" 20 gone "$pid"
+	stack_up
 }
 
 # remove_containers: remove every container nerdctl lists, running or not
