@@ -198,7 +198,7 @@ cuda_hold() {
 	off)
 		pid=$(cat "$f")
 		kill "$pid"
-		wait_for "cuda-checkpoint --hold (pid $pid) to exit" 10 sh -c "! kill -0 $pid"
+		wait_for "cuda-checkpoint --hold (pid $pid) to exit" 10 gone "$pid"
 		rm -f "$f"
 		;;
 	on)
