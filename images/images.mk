@@ -72,7 +72,7 @@ $(HF_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-hf-engine $(GPU_ENGINE_FILES)
 		GPU_ENGINE_PARAMS_GB=$(GPU_ENGINE_PARAMS_GB) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
 $(VLLM_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-vllm-engine $(GPU_ENGINE_FILES) integrations/vllm/serve.py \
-		integrations/vllm/rekindle_vllm.py $(wildcard integrations/vllm/rekindle_vllm-1.0.dist-info/*)
+		integrations/vllm/rekindle_vllm.py integrations/vllm/rekindle_heap.py $(wildcard integrations/vllm/rekindle_vllm-1.0.dist-info/*)
 	GPU_ENGINE_BACKEND=vllm GPU_ENGINE_IMAGE_REF=$(VLLM_ENGINE_IMAGE_REF) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
 test-images: ## unit tests of the CPU and GPU reference engines (plain python3; torch and CUDA tests skip without them)

@@ -12,4 +12,4 @@ UNIT_TESTS += test-integrations
 .PHONY: test-integrations
 test-integrations: ## unit tests of the weight set client and of vLLM's serve.py and plugin (plain python3)
 	cd $(INTEGRATIONS_SRC)/weights && python3 -B -m unittest test_rekindle_weights
-	cd $(INTEGRATIONS_SRC)/vllm && python3 -B -m unittest test_serve test_rekindle_vllm
+	cd $(INTEGRATIONS_SRC)/vllm && python3 -B -m unittest test_serve test_rekindle_vllm test_rekindle_heap

@@ -80,7 +80,7 @@ if [ "$backend" = vllm ]; then
 	# reports; its compile cache in the container, as inductor's.
 	install -m 0755 "$here/../../integrations/vllm/serve.py" "$root/engine/vllm_serve.py"
 	# The weight set loader, a vLLM plugin found by its entry point.
-	install -m 0644 "$here/../../integrations/vllm/rekindle_vllm.py" "$root/engine/rekindle_vllm.py"
+	install -m 0644 -t "$root/engine" "$here/../../integrations/vllm/rekindle_vllm.py" "$here/../../integrations/vllm/rekindle_heap.py"
 	install -D -m 0644 -t "$root/engine/rekindle_vllm-1.0.dist-info" "$here/../../integrations/vllm/rekindle_vllm-1.0.dist-info/"*
 	mkdir -p "$root/models/model"
 	profile=vllm port=8000

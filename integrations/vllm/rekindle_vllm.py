@@ -27,6 +27,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rekindle_heap  # noqa: E402
 import rekindle_weights as rw  # noqa: E402
 
 LOAD_FORMAT = "rekindle"
@@ -145,8 +146,11 @@ def weights(ws):
 
 
 def register():
-    """vLLM's entry point: add the load format (every process, maybe twice)."""
+    """vLLM's entry point: add the load format, and trim the heap after sleep
+    (every process, maybe twice)."""
     import copy
+
+    rekindle_heap.install()
 
     from vllm.model_executor.model_loader import register_model_loader
     from vllm.model_executor.model_loader.default_loader import DefaultModelLoader

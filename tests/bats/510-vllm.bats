@@ -355,6 +355,8 @@ same_as_before() {
 	t=$EPOCHREALTIME
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-tp "$image"
 	say "tp2 $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	# The API server, the engine core and the two GPU workers.
+	trimmed vllm-tp 4
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
 	say "tp2 checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB, $(jq -r '.annotations."org.rekindle.gpu.count"' <<<"$output") GPUs"
 	ocicp '?' --address "$RK_DIR/containerd.sock" --namespace default memory --top 4 "$image"
@@ -424,6 +426,16 @@ big_setup() {
 	SET_FLAGS=(--device rekindle.dev/weights=big --env=ENGINE_WEIGHT_SET=/rekindle/weights/big --env="ENGINE_VLLM_ARGS=$BIG_ARGS")
 }
 
+# trimmed NAME N: says the heap trims vLLM's processes in container NAME
+# logged when it went to sleep (rekindle_heap.py); fails unless N did.
+trimmed() {
+	local got
+	got=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$1" 2>&1 | grep -o 'rekindle: [A-Za-z ]* asleep: .*' || true)
+	say "$1's processes at sleep:"
+	while read -r l; do say "  ${l#rekindle: }"; done <<<"$got"
+	[ "$(grep -c . <<<"$got")" -ge "$2" ] || die "$1: $2 of vLLM's processes should have trimmed their heap before the dump (rekindle_heap.py), these did: ${got:-none}"
+}
+
 # set_rate NAME: the last weight set load vLLM logged in container NAME.
 set_rate() {
 	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$1" 2>&1 | grep -o 'rekindle: weights from weight set.*' | tail -1
@@ -452,6 +464,8 @@ set_rate() {
 	t=$EPOCHREALTIME
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-big "$image"
 	say "$BIG_SHAPE $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	# The API server, and the engine core with its GPU worker inside.
+	trimmed vllm-big 2
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
 	say "$BIG_SHAPE checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB (the set's $(du -sm "$BIG_MODEL" | cut -f1) MiB stay out of it)"
 	local layer
