@@ -18,6 +18,9 @@ tensor's bytes: a set of another model fails the load, naming the set and
 the tensor, and a wake that fails leaves vLLM asleep. No set at the path
 (absent or not loaded): the weights come from the model folder (read by
 vLLM's default loader), and the log says why.
+
+The same entry point has each process trim its freed heap once vLLM is
+asleep (rekindle_heap.py), so that the checkpoint does not carry it.
 """
 import glob
 import json

@@ -331,7 +331,7 @@ same_as_before() {
 }
 
 # bats test_tags=gpu
-@test "vllm: tensor parallel 2 in one container: checkpoint, restore on the same GPUs and on another pair, same tokens; one GPU is refused" {
+@test "vllm: tensor parallel 2 in one container: checkpoint, restore on the same GPUs and on another pair, checkpoint the restored server again (zstd), same tokens; one GPU is refused" {
 	skip_if_no_vllm
 	local n
 	n=$(nvidia-smi -L | wc -l)
@@ -366,7 +366,19 @@ same_as_before() {
 
 	restore vllm-tp1 "$image"
 	same_as_before vllm-tp1
+	# The restored server checkpointed again with its layer compressed: the
+	# image's bytes against the restore's time (extracted, not in place).
+	local zimage=rekindle.local/ckpt:vllm-tp2-zstd
+	echo "$zimage" >>"$BATS_TEST_TMPDIR/images"
+	t=$EPOCHREALTIME
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm --compression zstd vllm-tp1 "$zimage"
+	say "tp2 restored and checkpointed again, zstd layer: $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$zimage"
+	say "tp2 zstd checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB"
 	run_nerdctl rm -f vllm-tp1
+	restore vllm-tpz "$zimage"
+	same_as_before vllm-tpz
+	run_nerdctl rm -f vllm-tpz
 	if [ "$n" -ge 4 ]; then
 		VLLM_GPUS="2 3"
 		restore vllm-tp23 "$image"
