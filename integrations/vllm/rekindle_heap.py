@@ -14,7 +14,6 @@ REKINDLE_TRIM_HEAP=0 leaves the heap as it is.
 import ctypes
 import gc
 import importlib.abc
-import importlib.machinery
 import inspect
 import logging
 import os
@@ -50,7 +49,8 @@ def anon_bytes():
 
 def trim(who):
     """Collects garbage and gives malloc's free pages back. Returns what was
-    seen: {in_use, free (None: not glibc), before, after} in bytes."""
+    seen: {in_use, free (None: no mallinfo2), before, after} in bytes. Under
+    another allocator (LD_PRELOAD) glibc's numbers describe an unused heap."""
     gc.collect()
     libc = ctypes.CDLL(None)
     before = anon_bytes()
@@ -60,7 +60,7 @@ def trim(who):
         mi = libc.mallinfo2()
         in_use, free = mi.uordblks + mi.hblkhd, mi.fordblks
     if not hasattr(libc, "malloc_trim"):
-        log.info("rekindle: %s asleep: not glibc's malloc, heap not trimmed", who)
+        log.info("rekindle: %s asleep: no malloc_trim in this C library, heap not trimmed", who)
         return {"in_use": in_use, "free": free, "before": before, "after": before}
     libc.malloc_trim(0)
     after = anon_bytes()
@@ -78,7 +78,10 @@ def _after(sleep, who):
         global _trims
         if _trims == since:
             _trims += 1
-            trim(who)
+            try:
+                trim(who)
+            except Exception as e:  # vLLM is asleep: a failed trim must not fail the sleep
+                log.warning("rekindle: %s asleep, heap not trimmed: %s", who, e)
 
     if inspect.iscoroutinefunction(sleep):
         async def wrapper(*args, **kwargs):
@@ -121,7 +124,12 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path, target=None):
         if name not in SLEEPS:
             return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path, target)
+        spec = None
+        for finder in sys.meta_path:  # the others, in their order
+            if finder is not self and hasattr(finder, "find_spec"):
+                spec = finder.find_spec(name, path, target)
+                if spec is not None:
+                    break
         if spec is None or not hasattr(spec.loader, "exec_module"):
             return None
         run = spec.loader.exec_module

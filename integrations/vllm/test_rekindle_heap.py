@@ -40,6 +40,13 @@ MODULES = {
 }
 
 
+def unhook():
+    """Removes install()'s finder and the stand-in vLLM modules."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, rh._PatchOnImport)]
+    for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
+        del sys.modules[name]
+
+
 class Trim(unittest.TestCase):
     def test_freed_heap_is_given_back(self):
         libc = ctypes.CDLL(None)
@@ -51,9 +58,9 @@ class Trim(unittest.TestCase):
         for b in blocks:
             ctypes.memset(b, 1, 64 << 10)
         keep = libc.malloc(64 << 10)
+        held = rh.anon_bytes()
         for b in blocks:
             libc.free(b)
-        held = rh.anon_bytes()
         seen = rh.trim("test")
         libc.free(keep)
         self.assertGreater(seen["free"], 150 * MIB)
@@ -63,6 +70,8 @@ class Trim(unittest.TestCase):
 
 class Wrap(unittest.TestCase):
     def setUp(self):
+        self.env = os.environ.pop("REKINDLE_TRIM_HEAP", None)
+        unhook()
         self.tmp = tempfile.mkdtemp()
         for d in ("vllm", "vllm/v1", "vllm/v1/worker", "vllm/v1/engine"):
             os.makedirs(os.path.join(self.tmp, d))
@@ -77,10 +86,10 @@ class Wrap(unittest.TestCase):
     def tearDown(self):
         rh.trim = self.real_trim
         sys.path.remove(self.tmp)
-        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, rh._PatchOnImport)]
-        for name in [n for n in sys.modules if n == "vllm" or n.startswith("vllm.")]:
-            del sys.modules[name]
+        unhook()
         os.environ.pop("REKINDLE_TRIM_HEAP", None)
+        if self.env is not None:
+            os.environ["REKINDLE_TRIM_HEAP"] = self.env
         shutil.rmtree(self.tmp)
 
     def test_a_sleep_imported_after_install_trims_after_it(self):
@@ -113,6 +122,16 @@ class Wrap(unittest.TestCase):
         self.assertEqual(self.trims, [])
         core.future.set_result(None)
         self.assertEqual(self.trims, ["engine core"])
+
+    def test_a_failed_trim_leaves_the_sleep_done(self):
+        def fail(who):
+            raise OSError("no /proc")
+        rh.trim = fail
+        rh.install()
+        from vllm.v1.worker.gpu_worker import Worker
+        with self.assertLogs("vllm.rekindle", "WARNING") as logs:
+            self.assertEqual(Worker().sleep(2), "slept")
+        self.assertIn("GPU worker asleep, heap not trimmed: no /proc", logs.output[0])
 
     def test_another_vllm_is_named_and_left_alone(self):
         with open(os.path.join(self.tmp, "vllm/v1/engine/async_llm.py"), "w") as f:

@@ -172,6 +172,8 @@ class Loader(unittest.TestCase):
                 sys.modules[k] = v
         if self.env is not None:
             os.environ["ENGINE_WEIGHT_SET"] = self.env
+        # register() also installed rekindle_heap's import hook.
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, rv.rekindle_heap._PatchOnImport)]
 
     def test_no_set_reads_the_model_folder_with_vllms_default_format(self):
         import types

@@ -355,8 +355,7 @@ same_as_before() {
 	t=$EPOCHREALTIME
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-tp "$image"
 	say "tp2 $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
-	# The API server, the engine core and the two GPU workers.
-	trimmed vllm-tp 4
+	trimmed vllm-tp "API server=1" "engine core=1" "GPU worker=2"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
 	say "tp2 checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB, $(jq -r '.annotations."org.rekindle.gpu.count"' <<<"$output") GPUs"
 	ocicp '?' --address "$RK_DIR/containerd.sock" --namespace default memory --top 4 "$image"
@@ -373,6 +372,7 @@ same_as_before() {
 	t=$EPOCHREALTIME
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm --compression zstd vllm-tp1 "$zimage"
 	say "tp2 restored and checkpointed again, zstd layer: $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	trimmed vllm-tp1 "API server=1" "engine core=1" "GPU worker=2"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$zimage"
 	say "tp2 zstd checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB"
 	run_nerdctl rm -f vllm-tp1
@@ -438,14 +438,19 @@ big_setup() {
 	SET_FLAGS=(--device rekindle.dev/weights=big --env=ENGINE_WEIGHT_SET=/rekindle/weights/big --env="ENGINE_VLLM_ARGS=$BIG_ARGS")
 }
 
-# trimmed NAME N: says the heap trims vLLM's processes in container NAME
-# logged when it went to sleep (rekindle_heap.py); fails unless N did.
+# trimmed NAME WHO=N...: says the heap trims vLLM's processes in container
+# NAME logged when they went to sleep (rekindle_heap.py); fails unless the
+# process WHO ("API server", "engine core", "GPU worker") trimmed N times.
 trimmed() {
-	local got
-	got=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$1" 2>&1 | grep -o 'rekindle: [A-Za-z ]* asleep: .*' || true)
-	say "$1's processes at sleep:"
+	local name=$1 got want
+	shift
+	got=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$name" 2>&1 | grep -o 'rekindle: [A-Za-z ]* asleep: .*' || true)
+	say "$name's processes at sleep:"
 	while read -r l; do say "  ${l#rekindle: }"; done <<<"$got"
-	[ "$(grep -c . <<<"$got")" -ge "$2" ] || die "$1: $2 of vLLM's processes should have trimmed their heap before the dump (rekindle_heap.py), these did: ${got:-none}"
+	for want in "$@"; do
+		[ "$(grep -c "rekindle: ${want%=*} asleep: malloc holds .* trimmed," <<<"$got")" -eq "${want#*=}" ] ||
+			die "$name: the ${want%=*} should have trimmed its heap ${want#*=} time(s) before the dump (rekindle_heap.py); logged: ${got:-nothing}"
+	done
 }
 
 # set_rate NAME: the last weight set load vLLM logged in container NAME.
@@ -476,8 +481,8 @@ set_rate() {
 	t=$EPOCHREALTIME
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-big "$image"
 	say "$BIG_SHAPE $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
-	# The API server, and the engine core with its GPU worker inside.
-	trimmed vllm-big 2
+	# The engine core's GPU worker, inside it, trims for the process.
+	trimmed vllm-big "API server=1" "GPU worker=1" "engine core=0"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
 	say "$BIG_SHAPE checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB (the set's $(du -sm "$BIG_MODEL" | cut -f1) MiB stay out of it)"
 	local layer
