@@ -23,3 +23,6 @@ test-oci-checkpoint: ## unit tests of oci-checkpoint (go test)
 
 BUILD_EXTRA += $(BIN)/oci-checkpoint $(BIN)/rekindle-wake $(BIN)/rekindle-weights
 UNIT_TESTS += test-oci-checkpoint
+
+bench-zstd: ## benchmark: a zstd checkpoint layer, one stream against frames on every core (REKINDLE_BENCH_PAGES=FILE: a real pages image)
+	cd oci-checkpoint && GOFLAGS=-mod=mod $(GO) test -run '^$$' -bench ZstdLayer -benchtime 3x ./pkg/checkpoint/

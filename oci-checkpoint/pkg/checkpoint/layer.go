@@ -14,7 +14,6 @@ import (
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/content"
-	"github.com/containerd/containerd/v2/pkg/archive/compression"
 	"github.com/containerd/containerd/v2/plugins/content/local"
 	"github.com/containerd/errdefs"
 	"github.com/containerd/log"
@@ -87,7 +86,7 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 	case "", CompressionNone:
 	case CompressionZstd:
 		mediaType = ocispec.MediaTypeImageLayerZstd
-		if zw, err = compression.CompressStream(aw, compression.Zstd); err != nil {
+		if zw, err = newZstdFrames(aw); err != nil {
 			aw.Close()
 			stop()
 			return ocispec.Descriptor{}, "", err

@@ -1,0 +1,127 @@
+package checkpoint
+
+import (
+	"errors"
+	"io"
+	"runtime"
+	"sync"
+
+	"github.com/klauspost/compress/zstd"
+)
+
+// frameSize is how much of the tar stream each zstd frame holds. A stream
+// encoder compresses on about one core (a 5.8 GB vLLM layer took 40 s on a
+// 16-core host); independent frames compress on all of them. Concatenated
+// frames are one valid zstd stream for any decoder, and each frame header
+// carries its content size.
+const frameSize = 8 << 20
+
+// zstdFrames compresses what is written to it in frames of frameSize, one
+// goroutine a frame, and writes the frames to w in order.
+type zstdFrames struct {
+	w    io.Writer
+	enc  *zstd.Encoder
+	buf  []byte
+	free chan []byte
+	// Each frame in flight, in order: its result arrives on its channel.
+	queue chan chan frameResult
+	done  chan struct{}
+
+	mu  sync.Mutex
+	err error
+}
+
+type frameResult struct {
+	in, out []byte
+	err     error
+}
+
+func newZstdFrames(w io.Writer) (*zstdFrames, error) {
+	// Each frame in flight holds its input and output: bound the memory.
+	n := min(runtime.GOMAXPROCS(0), 16)
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(n), zstd.WithEncoderCRC(true))
+	if err != nil {
+		return nil, err
+	}
+	z := &zstdFrames{w: w, enc: enc, free: make(chan []byte, n+1),
+		queue: make(chan chan frameResult, n), done: make(chan struct{})}
+	for i := 0; i < n+1; i++ {
+		z.free <- make([]byte, 0, frameSize)
+	}
+	z.buf = <-z.free
+	go z.drain()
+	return z, nil
+}
+
+func (z *zstdFrames) failed() error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.err
+}
+
+func (z *zstdFrames) fail(err error) {
+	z.mu.Lock()
+	if z.err == nil {
+		z.err = err
+	}
+	z.mu.Unlock()
+}
+
+// drain writes the frames in the order they were queued.
+func (z *zstdFrames) drain() {
+	defer close(z.done)
+	for c := range z.queue {
+		r := <-c
+		if r.err != nil {
+			z.fail(r.err)
+		} else if z.failed() == nil {
+			if _, err := z.w.Write(r.out); err != nil {
+				z.fail(err)
+			}
+		}
+		z.free <- r.in[:0]
+	}
+}
+
+func (z *zstdFrames) flush() {
+	in := z.buf
+	c := make(chan frameResult, 1)
+	z.queue <- c
+	go func() {
+		out := z.enc.EncodeAll(in, make([]byte, 0, len(in)/2))
+		c <- frameResult{in: in, out: out}
+	}()
+	z.buf = <-z.free
+}
+
+func (z *zstdFrames) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		if err := z.failed(); err != nil {
+			return n, err
+		}
+		k := copy(z.buf[len(z.buf):cap(z.buf)], p)
+		z.buf = z.buf[:len(z.buf)+k]
+		n += k
+		p = p[k:]
+		if len(z.buf) == cap(z.buf) {
+			z.flush()
+		}
+	}
+	return n, nil
+}
+
+// Close compresses what is left and waits for every frame to be written.
+func (z *zstdFrames) Close() error {
+	if z.enc == nil {
+		return errors.New("zstd frames: closed twice")
+	}
+	if len(z.buf) > 0 {
+		z.flush()
+	}
+	close(z.queue)
+	<-z.done
+	z.enc.Close()
+	z.enc = nil
+	return z.failed()
+}
