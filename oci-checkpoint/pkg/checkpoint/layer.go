@@ -81,7 +81,7 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 	var out io.Writer = aw
 	mediaType := ocispec.MediaTypeImageLayer
 	var diffID digest.Digester
-	var zw io.WriteCloser
+	var zw *zstdFrames
 	switch o.Compression {
 	case "", CompressionNone:
 	case CompressionZstd:
@@ -99,8 +99,15 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 		return ocispec.Descriptor{}, "", fmt.Errorf("compression %q: want %s or %s", o.Compression, CompressionNone, CompressionZstd)
 	}
 	err = writeTar(count.Writer(out), dir, plan)
-	if err == nil && zw != nil {
-		err = zw.Close()
+	if zw != nil {
+		// Its frames go on being written to aw until it is closed: close it
+		// before aw, also when the tar stream failed.
+		if err != nil {
+			zw.Abort(err)
+		}
+		if cerr := zw.Close(); err == nil {
+			err = cerr
+		}
 	}
 	if cerr := aw.Close(); err == nil {
 		err = cerr

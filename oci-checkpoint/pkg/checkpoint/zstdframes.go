@@ -31,15 +31,16 @@ type zstdFrames struct {
 	err error
 }
 
-type frameResult struct {
-	in, out []byte
-	err     error
-}
+type frameResult struct{ in, out []byte }
+
+var errFramesClosed = errors.New("zstd frames: write after close")
 
 func newZstdFrames(w io.Writer) (*zstdFrames, error) {
-	// Each frame in flight holds its input and output: bound the memory.
+	// Each frame in flight holds an encoder's window and tables, its input
+	// and its output: bound how many (about 25 MiB each).
 	n := min(runtime.GOMAXPROCS(0), 16)
-	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(n), zstd.WithEncoderCRC(true))
+	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(n), zstd.WithEncoderCRC(true),
+		zstd.WithLowerEncoderMem(true))
 	if err != nil {
 		return nil, err
 	}
@@ -72,9 +73,7 @@ func (z *zstdFrames) drain() {
 	defer close(z.done)
 	for c := range z.queue {
 		r := <-c
-		if r.err != nil {
-			z.fail(r.err)
-		} else if z.failed() == nil {
+		if z.failed() == nil {
 			if _, err := z.w.Write(r.out); err != nil {
 				z.fail(err)
 			}
@@ -84,17 +83,19 @@ func (z *zstdFrames) drain() {
 }
 
 func (z *zstdFrames) flush() {
-	in := z.buf
+	in, enc := z.buf, z.enc
 	c := make(chan frameResult, 1)
 	z.queue <- c
 	go func() {
-		out := z.enc.EncodeAll(in, make([]byte, 0, len(in)/2))
-		c <- frameResult{in: in, out: out}
+		c <- frameResult{in: in, out: enc.EncodeAll(in, make([]byte, 0, len(in)/2))}
 	}()
 	z.buf = <-z.free
 }
 
 func (z *zstdFrames) Write(p []byte) (int, error) {
+	if z.enc == nil {
+		return 0, errFramesClosed
+	}
 	n := 0
 	for len(p) > 0 {
 		if err := z.failed(); err != nil {
@@ -111,12 +112,17 @@ func (z *zstdFrames) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-// Close compresses what is left and waits for every frame to be written.
+// Abort stops writing frames to w: what is in flight is dropped, and Close
+// returns err. For a stream that failed at its source.
+func (z *zstdFrames) Abort(err error) { z.fail(err) }
+
+// Close compresses what is left and waits until every frame is written (or
+// dropped, after an error): nothing writes to w once it returns.
 func (z *zstdFrames) Close() error {
 	if z.enc == nil {
-		return errors.New("zstd frames: closed twice")
+		return errFramesClosed
 	}
-	if len(z.buf) > 0 {
+	if len(z.buf) > 0 && z.failed() == nil {
 		z.flush()
 	}
 	close(z.queue)

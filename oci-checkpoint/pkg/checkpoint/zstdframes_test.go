@@ -6,7 +6,9 @@ import (
 	"io"
 	"math/rand"
 	"os"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
 	"github.com/klauspost/compress/zstd"
@@ -133,6 +135,46 @@ func TestZstdFramesReturnTheWritersError(t *testing.T) {
 	}
 	if werr != nil && werr.Error() != "disk full" {
 		t.Fatalf("Write = %v", werr)
+	}
+}
+
+// recordingWriter fails the test if written to once closed is set.
+type recordingWriter struct {
+	t      *testing.T
+	n      atomic.Int64
+	closed atomic.Bool
+}
+
+func (w *recordingWriter) Write(p []byte) (int, error) {
+	if w.closed.Load() {
+		w.t.Error("a frame was written after Close returned")
+	}
+	time.Sleep(time.Millisecond) // a slow disk: frames queue up
+	w.n.Add(int64(len(p)))
+	return len(p), nil
+}
+
+func TestZstdFramesAbortedWriteNothingAfterClose(t *testing.T) {
+	w := &recordingWriter{t: t}
+	z, err := newZstdFrames(w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := z.Write(pagesLike(4*frameSize+100, 4)); err != nil {
+		t.Fatal(err)
+	}
+	failed := errors.New("file grew while packaging")
+	z.Abort(failed)
+	if err := z.Close(); err != failed {
+		t.Fatalf("Close = %v, want the abort's error", err)
+	}
+	w.closed.Store(true)
+	time.Sleep(50 * time.Millisecond)
+	if _, err := z.Write([]byte("more")); err != errFramesClosed {
+		t.Fatalf("Write after Close = %v, want %v", err, errFramesClosed)
+	}
+	if err := z.Close(); err != errFramesClosed {
+		t.Fatalf("second Close = %v", err)
 	}
 }
 
