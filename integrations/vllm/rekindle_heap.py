@@ -125,7 +125,7 @@ class _PatchOnImport(importlib.abc.MetaPathFinder):
         if name not in SLEEPS:
             return None
         spec = None
-        for finder in sys.meta_path:  # the others, in their order
+        for finder in list(sys.meta_path):  # the others, in their order
             if finder is not self and hasattr(finder, "find_spec"):
                 spec = finder.find_spec(name, path, target)
                 if spec is not None:

@@ -101,6 +101,24 @@ class Wrap(unittest.TestCase):
         self.assertEqual(w.level, 2)
         self.assertEqual(self.trims, ["GPU worker"])
 
+    def test_a_finder_that_steps_aside_and_asks_importlib_again(self):
+        import importlib.util
+
+        class AsksAgain:  # as vllm/env_override.py's finder does for its module
+            def find_spec(self, name, path, target=None):
+                if not name.endswith("gpu_worker"):
+                    return None
+                sys.meta_path.remove(self)
+                return importlib.util.find_spec(name)
+        rh.install()
+        sys.meta_path.insert(1, AsksAgain())
+        try:
+            from vllm.v1.worker.gpu_worker import Worker
+        finally:
+            sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, AsksAgain)]
+        Worker().sleep(2)
+        self.assertEqual(self.trims, ["GPU worker"])
+
     def test_a_module_imported_before_install_is_wrapped_too(self):
         from vllm.v1.engine.async_llm import AsyncLLM
         rh.install()
