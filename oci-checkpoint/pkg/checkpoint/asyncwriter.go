@@ -23,9 +23,46 @@ type asyncWriter struct {
 	done chan struct{}
 	bufs [][]byte
 	n    int64 // bytes written to w, valid after Close
+	firstErr
+}
 
+// firstErr keeps the first error a writer's goroutines report.
+type firstErr struct {
 	mu  sync.Mutex
 	err error
+}
+
+func (e *firstErr) fail(err error) {
+	e.mu.Lock()
+	if e.err == nil {
+		e.err = err
+	}
+	e.mu.Unlock()
+}
+
+func (e *firstErr) failed() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.err
+}
+
+// fillBuffers copies p into *buf, calling full each time *buf is full (it
+// hands the buffer on and sets *buf to an empty one), and stops at the
+// first error failed reports. It returns how much of p it took.
+func fillBuffers(buf *[]byte, p []byte, failed func() error, full func()) (int, error) {
+	written := 0
+	for len(p) > 0 {
+		if err := failed(); err != nil {
+			return written, err
+		}
+		k := copy((*buf)[len(*buf):cap(*buf)], p)
+		*buf = (*buf)[:len(*buf)+k]
+		p, written = p[k:], written+k
+		if len(*buf) == cap(*buf) {
+			full()
+		}
+	}
+	return written, nil
 }
 
 func newAsyncWriter(w io.Writer, h hash.Hash, size, count int) (*asyncWriter, error) {
@@ -67,39 +104,21 @@ func (a *asyncWriter) drain() {
 				err = io.ErrShortWrite
 			}
 			if err != nil {
-				a.mu.Lock()
-				a.err = err
-				a.mu.Unlock()
+				a.fail(err)
 			}
 		}
 		a.free <- b[:0]
 	}
 }
 
-func (a *asyncWriter) failed() error {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a.err
-}
-
 func (a *asyncWriter) Write(p []byte) (int, error) {
 	if a.buf == nil {
 		return 0, errors.New("write after close")
 	}
-	written := 0
-	for len(p) > 0 {
-		if err := a.failed(); err != nil {
-			return written, err
-		}
-		k := copy(a.buf[len(a.buf):cap(a.buf)], p)
-		a.buf = a.buf[:len(a.buf)+k]
-		p, written = p[k:], written+k
-		if len(a.buf) == cap(a.buf) {
-			a.full <- a.buf
-			a.buf = <-a.free
-		}
-	}
-	return written, nil
+	return fillBuffers(&a.buf, p, a.failed, func() {
+		a.full <- a.buf
+		a.buf = <-a.free
+	})
 }
 
 // Close writes what is buffered, waits for the writer goroutine, frees the

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io"
 	"runtime"
-	"sync"
 
 	"github.com/klauspost/compress/zstd"
 )
@@ -26,9 +25,7 @@ type zstdFrames struct {
 	// Each frame in flight, in order: its result arrives on its channel.
 	queue chan chan frameResult
 	done  chan struct{}
-
-	mu  sync.Mutex
-	err error
+	firstErr
 }
 
 type frameResult struct{ in, out []byte }
@@ -52,20 +49,6 @@ func newZstdFrames(w io.Writer) (*zstdFrames, error) {
 	z.buf = <-z.free
 	go z.drain()
 	return z, nil
-}
-
-func (z *zstdFrames) failed() error {
-	z.mu.Lock()
-	defer z.mu.Unlock()
-	return z.err
-}
-
-func (z *zstdFrames) fail(err error) {
-	z.mu.Lock()
-	if z.err == nil {
-		z.err = err
-	}
-	z.mu.Unlock()
 }
 
 // drain writes the frames in the order they were queued.
@@ -96,20 +79,7 @@ func (z *zstdFrames) Write(p []byte) (int, error) {
 	if z.enc == nil {
 		return 0, errFramesClosed
 	}
-	n := 0
-	for len(p) > 0 {
-		if err := z.failed(); err != nil {
-			return n, err
-		}
-		k := copy(z.buf[len(z.buf):cap(z.buf)], p)
-		z.buf = z.buf[:len(z.buf)+k]
-		n += k
-		p = p[k:]
-		if len(z.buf) == cap(z.buf) {
-			z.flush()
-		}
-	}
-	return n, nil
+	return fillBuffers(&z.buf, p, z.failed, z.flush)
 }
 
 // Abort stops writing frames to w: what is in flight is dropped, and Close
