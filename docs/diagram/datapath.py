@@ -46,6 +46,7 @@ PATCHES = {
     "c-fault": ("containerd-patches", "archive-fault-a-large-file-s-pages"),
     "c-nohash": ("containerd-patches", "diff-apply-do-not-hash-an-uncompressed-layer"),
     "c-direct": ("containerd-patches", "diff-apply-read-a-layer-s-blob-with-O_DIRECT"),
+    "c-zstd": ("containerd-patches", "compression-decode-a-zstd-stream-s-frames-in-paralle"),
     "c-erofs": ("containerd-patches", "diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS"),
     "c-mount": ("containerd-patches", "checkpointimage-read-a-checkpoint-layer-kept-in-plac"),
     "c-directio": ("containerd-patches", "checkpointimage-mount-a-checkpoint-layer-kept-in-pla"),
@@ -159,9 +160,10 @@ BOXES = [
     (RESTORE, None, None),
     ("pull",
      "nerdctl pulls and unpacks like any image; the base image is taken from the local store when "
-     "there, pulled when not. Layers that are extracted (compressed ones) are read ahead, faulted in "
-     "and hashed once.",
+     "there, pulled when not. Layers that are extracted (compressed ones) are read ahead, decoded "
+     "frame by frame on every core, faulted in and hashed once.",
      [P("c-base", "base image found locally"), P("c-readahead", "read ahead, hash on a goroutine"),
+      P("c-zstd", "zstd frames decoded in parallel"),
       P("c-fault", "pages faulted in ahead of the writer"), P("c-nohash", "no second hash"),
       P("c-direct", "blob read with O_DIRECT")]),
     ("in-place layer",
