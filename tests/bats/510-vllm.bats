@@ -190,6 +190,12 @@ restore() {
 	[ -n "$first" ] && [ "$first" != null ] || die "$name: no tokens after the restore"
 }
 
+# restored_line: containerd's phase times of the last restore; what
+# nerdctl run took beyond their total was the pull and unpack.
+restored_line() {
+	grep -o 'restored from checkpoint image [^"]*' "$RK_DIR/containerd.log" | tail -1
+}
+
 # cuda_hold off|on: stop or start the harness's `cuda-checkpoint --hold`
 # (tests/gpu/run.sh; rekindle-cuda-hold.service on a provisioned host).
 cuda_hold() {
@@ -376,8 +382,12 @@ same_as_before() {
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$zimage"
 	say "tp2 zstd checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB"
 	run_nerdctl rm -f vllm-tp1
+	# Its first restore: the layer out of the page cache.
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
 	restore vllm-tpz "$zimage"
 	same_as_before vllm-tpz
+	say "vllm-tpz (first, zstd layer): $(restored_line)"
 	run_nerdctl rm -f vllm-tpz
 	if [ "$n" -ge 4 ]; then
 		VLLM_GPUS="2 3"
@@ -459,7 +469,7 @@ set_rate() {
 }
 
 # bats test_tags=gpu
-@test "vllm: a real-size model, weights from a weight set: cold start, checkpoint, first and cached restore, and a fresh node that pulls it; same tokens, nothing compiled again" {
+@test "vllm: a real-size model, weights from a weight set: cold start, checkpoint, first and cached restore, a first restore of a zstd copy, and a fresh node that pulls it; same tokens, nothing compiled again" {
 	skip_if_no_vllm
 	vllm_setup
 	big_setup
@@ -543,9 +553,27 @@ set_rate() {
 			say "vllm-big-ahead-true (first again, pages read ahead): $(grep -o 'checkpoint read-ahead: [^"]*' "$RK_DIR/containerd.log" | tail -1)"
 		else
 			say "vllm-big-ahead-false (first again, pages not read ahead)"
+			run_nerdctl rm -f "vllm-big-ahead-$ahead"
 		fi
-		run_nerdctl rm -f "vllm-big-ahead-$ahead"
 	done
+	# That server checkpointed again with a zstd layer, and its first
+	# restore: the disk reads the compressed bytes, containerd unpacks them
+	# on every core before the restore
+	# (containerd-patches/compression-decode-a-zstd-stream-s-frames-in-paralle).
+	local zimage=$REG/rekindle/ckpt:vllm-big-zstd
+	t=$EPOCHREALTIME
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm --compression zstd vllm-big-ahead-true "$zimage"
+	say "$BIG_SHAPE restored and checkpointed again, zstd layer: $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$zimage"
+	say "$BIG_SHAPE zstd checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB"
+	run_nerdctl rm -f vllm-big-ahead-true
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	restore vllm-bigz "$zimage" "${SET_FLAGS[@]}"
+	same_as_before vllm-bigz
+	say "vllm-bigz (first, zstd layer): $(restored_line)"
+	run_nerdctl rm -f vllm-bigz
+	run_nerdctl rmi "$zimage"
 	echo "$image" >"$BATS_FILE_TMPDIR/big-image"
 
 	# A node that has nothing: a second containerd root pulls the checkpoint
