@@ -82,8 +82,12 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 	mediaType := ocispec.MediaTypeImageLayer
 	var diffID digest.Digester
 	var zw *zstdFrames
+	pagesDir := ""
 	switch o.Compression {
 	case "", CompressionNone:
+	case CompressionPages:
+		// Beside dir, not in it: the walk would find them.
+		pagesDir = filepath.Dir(dir)
 	case CompressionZstd:
 		mediaType = ocispec.MediaTypeImageLayerZstd
 		if zw, err = newZstdFrames(aw); err != nil {
@@ -96,9 +100,9 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 	default:
 		aw.Close()
 		stop()
-		return ocispec.Descriptor{}, "", fmt.Errorf("compression %q: want %s or %s", o.Compression, CompressionNone, CompressionZstd)
+		return ocispec.Descriptor{}, "", fmt.Errorf("compression %q: want %s, %s or %s", o.Compression, CompressionNone, CompressionPages, CompressionZstd)
 	}
-	err = writeTar(count.Writer(out), dir, plan)
+	err = writeTar(out, dir, plan, pagesDir, &count)
 	if zw != nil {
 		// Its frames go on being written to aw until it is closed: close it
 		// before aw, also when the tar stream failed.
@@ -133,8 +137,10 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 
 // writeTar writes dir as a tar stream: directories, regular files and
 // symlinks, with names relative to dir and no owner names; the files of
-// the CRIU dump that plan changes as it says.
-func writeTar(w io.Writer, dir string, plan *sparse.Plan) error {
+// the CRIU dump that plan changes as it says. With pagesDir set, the pages
+// images are compressed (through temporary files in pagesDir) and named
+// with PagesSuffix. count counts the files' bytes read.
+func writeTar(w io.Writer, dir string, plan *sparse.Plan, pagesDir string, count *progress.Counter) error {
 	criuDir := filepath.Join(dir, crmetadata.CheckpointDirectory)
 	tw := tar.NewWriter(w)
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -170,28 +176,48 @@ func writeTar(w io.Writer, dir string, plan *sparse.Plan) error {
 				hdr.Size = fi.Size()
 			}
 		}
-		if err := tw.WriteHeader(hdr); err != nil {
-			if f != nil {
-				f.Close()
-			}
-			return err
-		}
-		if !fi.Mode().IsRegular() {
-			return nil
-		}
-		if f == nil {
+		if fi.Mode().IsRegular() && f == nil {
 			if f, err = os.Open(p); err != nil {
 				return err
 			}
 		}
-		defer f.Close()
-		_, err = io.Copy(tw, f)
+		if f != nil {
+			defer f.Close()
+		}
+		src := io.Reader(f)
+		if pagesDir != "" && f != nil && filepath.Dir(p) == criuDir && isPagesImage(filepath.Base(p)) {
+			z, size, err := compressPages(f, pagesDir, count)
+			if err != nil {
+				return fmt.Errorf("compress %s: %w", p, err)
+			}
+			defer os.Remove(z.Name())
+			defer z.Close()
+			hdr.Name += PagesSuffix
+			hdr.Size, src = size, z
+		} else if f != nil {
+			src = io.TeeReader(f, countOnly{count})
+		}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if f == nil {
+			return nil
+		}
+		_, err = io.Copy(tw, src)
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	return tw.Close()
+}
+
+// countOnly counts what is written to it.
+type countOnly struct{ c *progress.Counter }
+
+func (w countOnly) Write(p []byte) (int, error) {
+	w.c.Add(int64(len(p)))
+	return len(p), nil
 }
 
 func dirSize(dir string) (int64, error) {

@@ -18,10 +18,13 @@ const frameSize = 8 << 20
 // zstdFrames compresses what is written to it in frames of frameSize, one
 // goroutine a frame, and writes the frames to w in order.
 type zstdFrames struct {
-	w    io.Writer
-	enc  *zstd.Encoder
-	buf  []byte
-	free chan []byte
+	w io.Writer
+	// onFrame, when set, is told each frame's compressed and content
+	// sizes, in order, once the frame is written.
+	onFrame func(compressed, content int)
+	enc     *zstd.Encoder
+	buf     []byte
+	free    chan []byte
 	// Each frame in flight, in order: its result arrives on its channel.
 	queue chan chan frameResult
 	done  chan struct{}
@@ -33,18 +36,24 @@ type frameResult struct{ in, out []byte }
 var errFramesClosed = errors.New("zstd frames: write after close")
 
 func newZstdFrames(w io.Writer) (*zstdFrames, error) {
+	return newZstdFramesOf(w, frameSize, nil)
+}
+
+// newZstdFramesOf writes frames of size bytes of content and tells onFrame
+// (if not nil) the sizes of each.
+func newZstdFramesOf(w io.Writer, size int, onFrame func(compressed, content int)) (*zstdFrames, error) {
 	// Each frame in flight holds an encoder's window and tables, its input
-	// and its output: bound how many (about 25 MiB each).
+	// and its output: bound how many (about 25 MiB each for 8 MiB frames).
 	n := min(runtime.GOMAXPROCS(0), 16)
 	enc, err := zstd.NewWriter(nil, zstd.WithEncoderConcurrency(n), zstd.WithEncoderCRC(true),
 		zstd.WithLowerEncoderMem(true))
 	if err != nil {
 		return nil, err
 	}
-	z := &zstdFrames{w: w, enc: enc, free: make(chan []byte, n+1),
+	z := &zstdFrames{w: w, onFrame: onFrame, enc: enc, free: make(chan []byte, n+1),
 		queue: make(chan chan frameResult, n), done: make(chan struct{})}
 	for i := 0; i < n+1; i++ {
-		z.free <- make([]byte, 0, frameSize)
+		z.free <- make([]byte, 0, size)
 	}
 	z.buf = <-z.free
 	go z.drain()
@@ -59,6 +68,8 @@ func (z *zstdFrames) drain() {
 		if z.failed() == nil {
 			if _, err := z.w.Write(r.out); err != nil {
 				z.fail(err)
+			} else if z.onFrame != nil {
+				z.onFrame(len(r.out), len(r.in))
 			}
 		}
 		z.free <- r.in[:0]

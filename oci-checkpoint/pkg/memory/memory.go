@@ -22,6 +22,7 @@ import (
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/regfile"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/vma"
+	"github.com/klauspost/compress/zstd"
 
 	"rekindle.local/oci-checkpoint/pkg/criuimg"
 )
@@ -99,6 +100,23 @@ func Extract(r io.Reader, dir string) (*Layer, error) {
 			l.ZeroPages += n
 			l.zero[base] = zero
 			continue
+		case strings.HasPrefix(base, "pages-") && strings.HasSuffix(base, ".img.zst"):
+			// Compressed by --compression pages: sized and read as the
+			// image it holds.
+			dec, err := zstd.NewReader(tr, zstd.WithDecoderConcurrency(1))
+			if err != nil {
+				return l, err
+			}
+			cr := &countingReader{r: dec}
+			zero, n, err := zeroRuns(cr)
+			dec.Close()
+			if err != nil {
+				return l, fmt.Errorf("read checkpoint/%s: %w", base, err)
+			}
+			l.PagesFiles += cr.n
+			l.ZeroPages += n
+			l.zero[strings.TrimSuffix(base, ".zst")] = zero
+			continue
 		case !wanted.MatchString(base):
 			if strings.HasSuffix(base, ".img") && h.Size >= 1<<20 {
 				l.Others[base] = h.Size
@@ -119,6 +137,17 @@ func Extract(r io.Reader, dir string) (*Layer, error) {
 			return l, err
 		}
 	}
+}
+
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // zeroRuns reads a pages file through and returns its runs of pages that

@@ -11,6 +11,7 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v8/crit"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
+	"github.com/klauspost/compress/zstd"
 
 	"rekindle.local/oci-checkpoint/pkg/criuimg"
 )
@@ -166,5 +167,34 @@ func TestZeroPagesAreFoundAtTheirAddresses(t *testing.T) {
 	}
 	if overlap(stored, 0, 1<<40) != int64(5*ps) {
 		t.Errorf("stored %#v, want five pages (the parent's left out)", stored)
+	}
+}
+
+// A pages image compressed by --compression pages is read as the image it
+// holds: its size and pages of zeros, under the image's own name.
+func TestCompressedPagesImageIsReadAsItsImage(t *testing.T) {
+	ps := int(criuimg.PageSize)
+	pages := make([]byte, 4*ps)
+	pages[ps+3] = 1
+	enc, err := zstd.NewWriter(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	z := enc.EncodeAll(pages, nil)
+	enc.Close()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	tw.WriteHeader(&tar.Header{Name: "checkpoint/pages-3.img.zst", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(z))})
+	tw.Write(z)
+	tw.Close()
+	l, err := Extract(&b, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.PagesFiles != int64(len(pages)) || l.ZeroPages != int64(3*ps) {
+		t.Errorf("pages files %d bytes, %d of zeros; want %d and %d", l.PagesFiles, l.ZeroPages, len(pages), 3*ps)
+	}
+	if _, ok := l.zero["pages-3.img"]; !ok {
+		t.Errorf("zero runs not under pages-3.img: %v", l.zero)
 	}
 }
