@@ -47,6 +47,7 @@ PATCHES = {
     "c-nohash": ("containerd-patches", "diff-apply-do-not-hash-an-uncompressed-layer"),
     "c-direct": ("containerd-patches", "diff-apply-read-a-layer-s-blob-with-O_DIRECT"),
     "c-zstd": ("containerd-patches", "compression-decode-a-zstd-stream-s-frames-in-paralle"),
+    "c-pages-zst": ("containerd-patches", "runc-shim-decode-compressed-CRIU-pages-images-into-m"),
     "c-erofs": ("containerd-patches", "diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS"),
     "c-mount": ("containerd-patches", "checkpointimage-read-a-checkpoint-layer-kept-in-plac"),
     "c-directio": ("containerd-patches", "checkpointimage-mount-a-checkpoint-layer-kept-in-pla"),
@@ -168,10 +169,12 @@ BOXES = [
       P("c-direct", "blob read with O_DIRECT")]),
     ("in-place layer",
      "The checkpoint layer is not extracted: the snapshot hard-links its blob and holds an EROFS tar "
-     "index over it; the restore mounts that index, and CRIU reads the pages from the blob.",
+     "index over it; the restore mounts that index, and CRIU reads the pages from the blob (pages "
+     "images compressed with --compression pages are first decoded into memory on every core).",
      [P("c-erofs", "EROFS tar index at unpack"), P("c-mount", "read through the EROFS mount"),
       P("c-directio", "directio unless the blob is cached"),
       P("c-pages-ahead", "pages read ahead from task create"),
+      P("c-pages-zst", "compressed pages decoded into a tmpfs"),
       "scripts/build-erofs-utils.sh"]),
     ("restore on create",
      "containerd's Tasks.Create (nerdctl) or CRI's CreateContainer sees a checkpoint image: the host's "

@@ -332,7 +332,7 @@ no_erofs_mounts() {
 @test "--compression zstd writes a zstd checkpoint layer that nerdctl run restores; a bad value is refused" {
 	local port image=rekindle.local/ckpt:zstd
 	ocicp 2 create --compression gzip nosuch "$image"
-	[[ $output == *'--compression "gzip": want none or zstd'* ]] || die "bad --compression not explained"
+	[[ $output == *'--compression "gzip": want none, pages or zstd'* ]] || die "bad --compression not explained"
 
 	port=$(free_port)
 	start_engine zsrc "$port"
@@ -351,6 +351,34 @@ no_erofs_mounts() {
 	restored zdst "$port" "$image" "helper outcome"
 	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after a restore from a zstd layer"
 	run_nerdctl rm -f zdst
+	run_nerdctl rmi "$image"
+}
+
+@test "--compression pages compresses the pages images inside a layer read in place; nerdctl run decodes them into memory for the restore and lets it go" {
+	local port image=rekindle.local/ckpt:pages
+	port=$(free_port)
+	start_engine psrc "$port"
+	local before
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
+	ocicp create --quiet --compression pages psrc "$image"
+	local manifest layer
+	manifest=$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" content get "$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" images ls | awk -v i="$image" '$1 == i {print $3}')")
+	is "$(jq -r '.layers[0].mediaType' <<<"$manifest")" "application/vnd.oci.image.layer.v1.tar" "layer media type"
+	is "$(jq -r '.layers[0].annotations."org.rekindle.layer.in-place"' <<<"$manifest")" "erofs" "the layer is read in place"
+	layer=$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" content get "$(jq -r '.layers[0].digest' <<<"$manifest")" | tar -t)
+	grep -q '^checkpoint/pages-[0-9]*\.img\.zst$' <<<"$layer" || die "no compressed pages image in the layer: $(grep pages <<<"$layer")"
+	! grep -q '^checkpoint/pages-[0-9]*\.img$' <<<"$layer" || die "an uncompressed pages image is in the layer too"
+	ocicp memory "$image"
+	[[ $output == *"MiB of pages files"* ]] || die "oci-checkpoint memory cannot read the compressed pages: $output"
+	run_nerdctl rm -f psrc
+
+	port=$(free_port)
+	restored pdst "$port" "$image" "helper outcome"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after a restore from compressed pages"
+	logged "decoded [0-9]* compressed pages images"
+	! grep -q criu-pages /proc/self/mountinfo || die "the decoded pages are still mounted: $(grep criu-pages /proc/self/mountinfo)"
+	run_nerdctl rm -f pdst
 	run_nerdctl rmi "$image"
 }
 

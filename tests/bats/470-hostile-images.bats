@@ -258,3 +258,59 @@ DEFAULT_CAPS='["CAP_CHOWN","CAP_DAC_OVERRIDE","CAP_FSETID","CAP_FOWNER","CAP_MKN
 	! grep -q RUNNING <<<"$output" || die "a task runs after a refused restore: $output"
 	canaries_intact
 }
+
+@test "nerdctl run: a checkpoint image whose compressed pages image claims less than a frame holds is refused before CRIU, naming the file and frame" {
+	local port image=rekindle.local/ckpt:hostile-pages dir=$BATS_TEST_TMPDIR/x
+	port=$(free_port)
+	start_engine src "$port"
+	ocicp create -q --compression pages --output "oci-archive:$BATS_TEST_TMPDIR/good.tar" src rekindle.local/ckpt:good
+	run_nerdctl rm -f src
+
+	# The layer as it would come from a registry: the first frame of a
+	# pages image said to hold a page less than it decodes to, so that a
+	# decoder trusting the table would write past it.
+	mkdir -p "$dir"
+	local edited
+	edited=$(oci_python - "$BATS_TEST_TMPDIR/good.tar" "$dir/hostile.tar" "$image" <<-'PY'
+		import io, struct, sys, tarfile
+		import oci_tar
+		src, dst, name = sys.argv[1:4]
+		index, a = oci_tar.read(src)
+		desc = index["manifests"][0]
+		man = a.get_json(desc["digest"])
+		old = man["layers"][0]
+		inp = tarfile.open(fileobj=io.BytesIO(a.get(old["digest"])))
+		buf = io.BytesIO()
+		edited = None
+		with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
+		    for m in inp.getmembers():
+		        data = inp.extractfile(m).read() if m.isfile() else None
+		        if edited is None and m.name.startswith("checkpoint/pages-") and m.name.endswith(".img.zst"):
+		            n = struct.unpack_from("<I", data, len(data) - 9)[0]
+		            if n > 0:
+		                entry = len(data) - 9 - 8 * n  # the first frame's sizes
+		                size, content = struct.unpack_from("<II", data, entry)
+		                data = data[:entry] + struct.pack("<II", size, content - 4096) + data[entry + 8:]
+		                edited = m.name
+		        out.addfile(m, io.BytesIO(data) if data is not None else None)
+		assert edited, "no compressed pages image with a frame"
+		print(edited.split("/")[-1])
+		new = a.add(buf.getvalue(), old.get("mediaType"))
+		cfg = a.get_json(man["config"]["digest"])
+		cfg["rootfs"]["diff_ids"] = [new["digest"] if d == old["digest"] else d for d in cfg["rootfs"]["diff_ids"]]
+		new["annotations"] = old.get("annotations", {})
+		man["layers"][0] = new
+		man["config"] = a.add_json(cfg, man["config"]["mediaType"])
+		desc.update(a.add_json(man))
+		desc["annotations"] = oci_tar.image_name(name)
+		a.write(dst, [desc])
+	PY
+	) || die "crafting the image failed"
+	run_nerdctl load -i "$dir/hostile.tar"
+
+	run_nerdctl 1 run -d --name h1 -p "127.0.0.1:$(free_port):30000" "$image"
+	[[ $output == *"$edited: frame 0: decodes to more than"* ]] || die "the error does not name $edited and its frame: $output"
+	run_ctr task ls
+	! grep -q RUNNING <<<"$output" || die "a task runs after a refused restore: $output"
+	! grep -q criu-pages /proc/self/mountinfo || die "the decoded pages are still mounted: $(grep criu-pages /proc/self/mountinfo)"
+}
