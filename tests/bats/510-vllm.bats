@@ -196,6 +196,11 @@ restored_line() {
 	grep -o 'restored from checkpoint image [^"]*' "$RK_DIR/containerd.log" | tail -1
 }
 
+# pages_decoded: the shim's line on the last compressed pages it decoded.
+pages_decoded() {
+	grep -o 'decoded [0-9]* compressed pages images[^"]*' "$RK_DIR/containerd.log" | tail -1
+}
+
 # cuda_hold off|on: stop or start the harness's `cuda-checkpoint --hold`
 # (tests/gpu/run.sh; rekindle-cuda-hold.service on a provisioned host).
 cuda_hold() {
@@ -337,7 +342,7 @@ same_as_before() {
 }
 
 # bats test_tags=gpu
-@test "vllm: tensor parallel 2 in one container: checkpoint, restore on the same GPUs and on another pair, checkpoint the restored server again (zstd), same tokens; one GPU is refused" {
+@test "vllm: tensor parallel 2 in one container: checkpoint, restore on the same GPUs and on another pair, checkpoint the restored server again (pages compressed), same tokens; one GPU is refused" {
 	skip_if_no_vllm
 	local n
 	n=$(nvidia-smi -L | wc -l)
@@ -371,23 +376,24 @@ same_as_before() {
 
 	restore vllm-tp1 "$image"
 	same_as_before vllm-tp1
-	# The restored server checkpointed again with its layer compressed: the
-	# image's bytes against the restore's time (extracted, not in place).
-	local zimage=rekindle.local/ckpt:vllm-tp2-zstd
+	# The restored server checkpointed again with its pages images
+	# compressed: the image's bytes against the restore's time.
+	local zimage=rekindle.local/ckpt:vllm-tp2-pages
 	echo "$zimage" >>"$BATS_TEST_TMPDIR/images"
 	t=$EPOCHREALTIME
-	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm --compression zstd vllm-tp1 "$zimage"
-	say "tp2 restored and checkpointed again, zstd layer: $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm --compression pages vllm-tp1 "$zimage"
+	say "tp2 restored and checkpointed again, pages compressed: $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
 	trimmed vllm-tp1 "API server=1" "engine core=1" "GPU worker=2"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$zimage"
-	say "tp2 zstd checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB"
+	say "tp2 checkpoint image, pages compressed: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB"
 	run_nerdctl rm -f vllm-tp1
-	# Its first restore: the layer out of the page cache.
+	# Its first restore: the layer out of the page cache (the model's
+	# weights too: the wake reads them from the disk again).
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
 	restore vllm-tpz "$zimage"
 	same_as_before vllm-tpz
-	say "vllm-tpz (first, zstd layer): $(restored_line)"
+	say "vllm-tpz (first, pages compressed): $(restored_line); $(pages_decoded)"
 	run_nerdctl rm -f vllm-tpz
 	if [ "$n" -ge 4 ]; then
 		VLLM_GPUS="2 3"
@@ -469,7 +475,7 @@ set_rate() {
 }
 
 # bats test_tags=gpu
-@test "vllm: a real-size model, weights from a weight set: cold start, checkpoint, first and cached restore, a first restore of a zstd copy, and a fresh node that pulls it; same tokens, nothing compiled again" {
+@test "vllm: a real-size model, weights from a weight set: cold start, checkpoint, first and cached restore, a copy with its pages compressed, and a fresh node that pulls it; same tokens, nothing compiled again" {
 	skip_if_no_vllm
 	vllm_setup
 	big_setup
@@ -556,23 +562,26 @@ set_rate() {
 			run_nerdctl rm -f "vllm-big-ahead-$ahead"
 		fi
 	done
-	# That server checkpointed again with a zstd layer, and its first
-	# restore: the disk reads the compressed bytes, containerd unpacks them
-	# on every core before the restore
-	# (containerd-patches/compression-decode-a-zstd-stream-s-frames-in-paralle).
-	local zimage=$REG/rekindle/ckpt:vllm-big-zstd
+	# That server checkpointed again with its pages images compressed, and
+	# its first restore and a cached one: the disk reads the compressed
+	# bytes, the shim decodes them into memory on every core
+	# (containerd-patches/runc-shim-decode-compressed-CRIU-pages-images-into-m).
+	local zimage=$REG/rekindle/ckpt:vllm-big-pages
 	t=$EPOCHREALTIME
-	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm --compression zstd vllm-big-ahead-true "$zimage"
-	say "$BIG_SHAPE restored and checkpointed again, zstd layer: $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm --compression pages vllm-big-ahead-true "$zimage"
+	say "$BIG_SHAPE restored and checkpointed again, pages compressed: $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$zimage"
-	say "$BIG_SHAPE zstd checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB"
+	say "$BIG_SHAPE checkpoint image, pages compressed: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB"
 	run_nerdctl rm -f vllm-big-ahead-true
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
-	restore vllm-bigz "$zimage" "${SET_FLAGS[@]}"
-	same_as_before vllm-bigz
-	say "vllm-bigz (first, zstd layer): $(restored_line)"
-	run_nerdctl rm -f vllm-bigz
+	restore vllm-bigp1 "$zimage" "${SET_FLAGS[@]}"
+	same_as_before vllm-bigp1
+	say "vllm-bigp1 (first, pages compressed): $(restored_line); $(pages_decoded)"
+	run_nerdctl rm -f vllm-bigp1
+	restore vllm-bigp2 "$zimage" "${SET_FLAGS[@]}"
+	say "vllm-bigp2 (cached, pages compressed): $(restored_line); $(pages_decoded)"
+	run_nerdctl rm -f vllm-bigp2
 	run_nerdctl rmi "$zimage"
 	echo "$image" >"$BATS_FILE_TMPDIR/big-image"
 
