@@ -71,6 +71,7 @@ PATCHES = {
     "r-mounts": ("runc-patches", "libct-criu-refuse-mount-images-that-mount-more"),
     "r-nonroot": ("runc-patches", "libct-criu-grant-a-non-root-process-only"),
     "r-files": ("runc-patches", "libct-criu-refuse-images-whose-files-need-privileges"),
+    "k-zombie": ("criu-patches", "dump-record-a-zombie-s-thread-id-in-pstree.img"),
     "k-shmem-err": ("criu-patches", "shmem-fail-the-restore-when-shared-memory-pages"),
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
     "k-lsm": ("criu-patches", "restore-apply-lsm-profile-to-tasks-dumped-without"),
@@ -142,7 +143,7 @@ BOXES = [
     ("CRIU dump",
      "containerd's task checkpoint, runc checkpoint, CRIU dumps the processes into a work directory; "
      "the engine keeps running until the image is written.",
-     ["oci-checkpoint/pkg/checkpoint/dump.go",
+     ["oci-checkpoint/pkg/checkpoint/dump.go", P("k-zombie", "a zombie's thread id recorded"),
       N("CRIU's options for runc: /etc/criu/runc.conf, written by", "ansible/roles/containerd/")]),
     ("CUDA checkpoint",
      "CRIU's CUDA plugin runs our cuda-checkpoint: lock, then the GPU state is copied to host memory and "
@@ -150,9 +151,11 @@ BOXES = [
      ["oci-checkpoint/cuda-checkpoint/cuda-checkpoint.c", "oci-checkpoint/cuda-checkpoint/driver.c"]),
     ("package",
      "The rootfs diff (with /.rekindle/wake) and CRIU's images become one layer, written once with "
-     "O_DIRECT into containerd's content store and marked to be read in place; org.rekindle.* and "
-     "org.criu.checkpoint.* annotations; CRI-O/checkpointctl format.",
+     "O_DIRECT into containerd's content store and marked to be read in place (--compression pages: "
+     "the pages images compressed in it); org.rekindle.* and org.criu.checkpoint.* annotations; "
+     "CRI-O/checkpointctl format.",
      ["oci-checkpoint/pkg/checkpoint/pack.go", "oci-checkpoint/pkg/checkpoint/layer.go",
+      "oci-checkpoint/pkg/checkpoint/pageszst.go",
       "oci-checkpoint/pkg/checkpoint/blob.go", "oci-checkpoint/pkg/annotations/"]),
     ("registry",
      "An ordinary OCI image: nerdctl push, skopeo, any registry. oci-checkpoint check and inspect read "

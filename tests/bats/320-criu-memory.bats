@@ -302,3 +302,31 @@ dump_memstate() {
 	is "$(cat "$d/read")" "2 ${before#1 }" "the first process sees the second's write after the restore, and the pattern written before"
 	[ ! -e "/dev/shm/rekindle-shmshare-$first" ] || die "the restore left the ghost file's name in /dev/shm"
 }
+
+@test "a dumped tree with a zombie records the zombie's pid as its thread id, and restores" {
+	local img=$BATS_TEST_TMPDIR/img d=$BATS_TEST_TMPDIR/ms pgid zombie tree
+	mkdir -p "$d/out" "$img"
+	# A child that exits before memstate takes its place: memstate never
+	# reaps it, so the dumped tree holds a zombie (an engine's exited
+	# helper looks the same).
+	setsid sh -c '(exit 0) & exec "$0" "$@"' "$MEMSTATE" 64 "$d/out" </dev/null >"$d/log" 2>&1 &
+	wait_for "memstate to fill its memory" 60 test -s "$d/out/ready"
+	pgid=$(cat "$d/out/ready")
+	echo "$pgid" >"$BATS_TEST_TMPDIR/host-pgid"
+	zombie=$(ps -o pid=,stat= --ppid "$pgid" | awk '$2 ~ /^Z/ { print $1 }')
+	[ -n "$zombie" ] || die "no zombie under memstate: $(ps -o pid=,stat=,comm= --ppid "$pgid")"
+	tree=$(ps -o pid= -g "$pgid")
+	run_cmd "$BIN/criu" dump -t "$pgid" -D "$img" -o dump.log
+	wait_for "the dumped tree to exit" 30 none_alive $tree
+
+	# criu-patches/dump-record-a-zombie-s-thread-id-in-pstree.img: the
+	# zombie's one thread is itself, not whatever the dump's memory held.
+	run_cmd "$BIN/crit" decode -i "$img/pstree.img" -o "$img/pstree.json"
+	is "$(jq -c --argjson z "$zombie" '.entries[] | select(.pid == $z) | .threads' "$img/pstree.json")" "[$zombie]" \
+		"the zombie's thread ids in pstree.img"
+	wait_for "the dumped tree's zombie to be reaped" 60 none_alive "$zombie"
+	run_cmd "$BIN/criu" restore -d -D "$img" -o restore.log
+	kill -0 "$pgid" || die "memstate is not running after the restore"
+	is "$(ps -o stat= -p "$zombie" | cut -c1)" "Z" "the zombie restored as a zombie"
+	kill -KILL -- "-$pgid"
+}
