@@ -346,6 +346,8 @@ no_erofs_mounts() {
 		"$BIN/ctr" -a "$CONTAINERD_ADDRESS" content get "$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" images ls | awk -v i="$image" '$1 == i {print $3}')")
 	is "$(jq -r '.layers[0].mediaType' <<<"$manifest")" "application/vnd.oci.image.layer.v1.tar+zstd" "layer media type"
 	is "$(jq -r '.layers[0].annotations' <<<"$manifest")" "null" "no in-place annotation on a compressed layer"
+	ocicp inspect --json "$image"
+	is "$(jq -r .compression <<<"$output")" "zstd" "inspect's compression"
 	run_nerdctl rm -f zsrc
 	port=$(free_port)
 	restored zdst "$port" "$image" "helper outcome"
@@ -366,6 +368,9 @@ no_erofs_mounts() {
 	manifest=$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" content get "$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" images ls | awk -v i="$image" '$1 == i {print $3}')")
 	is "$(jq -r '.layers[0].mediaType' <<<"$manifest")" "application/vnd.oci.image.layer.v1.tar" "layer media type"
 	is "$(jq -r '.layers[0].annotations."org.rekindle.layer.in-place"' <<<"$manifest")" "erofs" "the layer is read in place"
+	is "$(jq -r '.layers[0].annotations."org.rekindle.layer.pages"' <<<"$manifest")" "zstd" "the layer says its pages are compressed"
+	ocicp inspect --json "$image"
+	is "$(jq -r .compression <<<"$output")" "pages" "inspect's compression"
 	layer=$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" content get "$(jq -r '.layers[0].digest' <<<"$manifest")" | tar -t)
 	grep -q '^checkpoint/pages-[0-9]*\.img\.zst$' <<<"$layer" || die "no compressed pages image in the layer: $(grep pages <<<"$layer")"
 	! grep -q '^checkpoint/pages-[0-9]*\.img$' <<<"$layer" || die "an uncompressed pages image is in the layer too"

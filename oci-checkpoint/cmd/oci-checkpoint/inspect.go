@@ -57,7 +57,7 @@ func printReport(r *checkpoint.Report) {
 	}
 	fmt.Printf("Base image:  %s\n", r.BaseImage)
 	fmt.Printf("Created:     %s\n", r.Created)
-	fmt.Printf("Layer:       %s (%.1f MiB)\n", r.LayerDigest, float64(r.LayerSize)/(1<<20))
+	fmt.Printf("Layer:       %s (%.1f MiB, compression %s)\n", r.LayerDigest, float64(r.LayerSize)/(1<<20), r.Compression)
 	fmt.Printf("CPU:         %s (%s)\n", r.Annotations[annotations.CPUModel], r.Annotations[annotations.CPUFlags])
 	fmt.Printf("Kernel:      %s   CRIU: %s\n", r.Annotations[annotations.Kernel], r.Annotations[annotations.CRIU])
 	if len(r.GPUs) > 0 {

@@ -51,6 +51,11 @@ const (
 	// reads the memory pages from the blob once. Other runtimes ignore it.
 	LayerInPlace      = Prefix + "layer.in-place"
 	LayerInPlaceEROFS = "erofs"
+	// LayerPages, on the checkpoint layer's descriptor, says that the
+	// layer's pages images are compressed (pages-N.img.zst, zstd's seekable
+	// format): only a runtime that decodes them restores it.
+	LayerPages     = Prefix + "layer.pages"
+	LayerPagesZstd = "zstd"
 
 	// Signature and SignatureKey sign the manifest (oci-checkpoint create
 	// --sign-key, oci-checkpoint sign): Signature is "v1:" and the base64 of

@@ -15,11 +15,13 @@ import (
 
 // Report is what `oci-checkpoint inspect` and `check` print.
 type Report struct {
-	Image       string             `json:"image"`
-	Local       bool               `json:"local"`
-	Checkpoint  bool               `json:"checkpoint"`
-	LayerSize   int64              `json:"layer_size"`
-	LayerDigest string             `json:"layer_digest"`
+	Image       string `json:"image"`
+	Local       bool   `json:"local"`
+	Checkpoint  bool   `json:"checkpoint"`
+	LayerSize   int64  `json:"layer_size"`
+	LayerDigest string `json:"layer_digest"`
+	// Compression is the layer's form: none, pages or zstd.
+	Compression string             `json:"compression"`
 	Engine      string             `json:"engine,omitempty"`
 	BaseImage   string             `json:"base_image,omitempty"`
 	Created     string             `json:"created,omitempty"`
@@ -48,6 +50,15 @@ func Inspect(ctx context.Context, c *client.Client, ref string, reg registry.Opt
 	for _, l := range m.Layers {
 		r.LayerSize += l.Size
 		r.LayerDigest = l.Digest.String()
+		switch {
+		case l.Annotations[annotations.LayerPages] != "":
+			r.Compression = CompressionPages
+			r.Notes = append(r.Notes, "its pages images are compressed (--compression pages): only Rekindle's containerd restores it")
+		case strings.HasSuffix(l.MediaType, "+zstd"):
+			r.Compression = CompressionZstd
+		default:
+			r.Compression = CompressionNone
+		}
 	}
 	r.Engine, r.BaseImage, r.Created = ann[annotations.Engine], ann[annotations.SourceImage], ann[annotations.Created]
 	if u := ann[annotations.GPUUUIDs]; u != "" {

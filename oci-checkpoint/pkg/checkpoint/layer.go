@@ -129,6 +129,9 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 	if zw == nil {
 		desc.Annotations = map[string]string{annotations.LayerInPlace: annotations.LayerInPlaceEROFS}
 	}
+	if pagesDir != "" {
+		desc.Annotations[annotations.LayerPages] = annotations.LayerPagesZstd
+	}
 	if diffID == nil {
 		return desc, desc.Digest, nil
 	}
