@@ -115,16 +115,17 @@ assert_resumed() {
 	logged "checkpoint cache hit: extracted checkpoint of checkpoint layer"
 }
 
-# checkpoint_engine_pod NAME IMAGE PORT: run the engine in pod NAME, record
-# its answer, checkpoint it with oci-checkpoint into IMAGE as an archive and
-# import that, as a pulled image would be (CRI mounts the checkpoint image's
-# unpacked snapshot); the source pod goes.
+# checkpoint_engine_pod NAME IMAGE PORT [CREATE_FLAGS...]: run the engine in
+# pod NAME, record its answer, checkpoint it with oci-checkpoint into IMAGE
+# as an archive and import that, as a pulled image would be (CRI mounts the
+# checkpoint image's unpacked snapshot); the source pod goes.
 checkpoint_engine_pod() {
 	local name=$1 image=$2 port=$3
+	shift 3
 	run_engine_pod "$name" "$ENGINE_IMAGE" "$port"
 	wait_healthy "$port"
 	record_engine "$port"
-	run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port "$port" \
+	run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port "$port" "$@" \
 		--output "oci-archive:$BATS_TEST_TMPDIR/image.tar" "$CTR" "$image"
 	cri_do rmp --force "$POD"
 	k8s_ctr images import "$BATS_TEST_TMPDIR/image.tar" >/dev/null 2>&1 || die "cannot import $image"
@@ -146,6 +147,16 @@ start_resumed() {
 	checkpoint_engine_pod osrc "$image" "$port"
 	create_from_image odst "$image" "$port"
 	start_resumed "$port"
+	logged "Restored container $CTR successfully"
+}
+
+@test "crictl: an oci-checkpoint image with its pages images compressed restores through CRI, the runc shim decoding them" {
+	local port image=rekindle.local/ckpt:cri-pages
+	port=$(free_port)
+	checkpoint_engine_pod psrc "$image" "$port" --compression pages
+	create_from_image pdst "$image" "$port"
+	start_resumed "$port"
+	logged "decoded [0-9]* compressed pages images"
 	logged "Restored container $CTR successfully"
 }
 
