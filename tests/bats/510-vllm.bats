@@ -3,9 +3,12 @@
 # the host's Python, torch and vLLM bound in) checkpointed with
 # `oci-checkpoint create --engine vllm` and restored with a plain
 # `nerdctl run`: first restore, a cached one beside it (sleep level 2, the
-# default), and a checkpoint of a restored server (level 1). Each restore must give the same greedy tokens (one
-# prompt and a batch), keep the container's PIDs, its multiprocessing
-# resource tracker, ZMQ sockets and /dev/shm, and compile nothing again.
+# default), and a checkpoint of a restored server (level 1); the real-size
+# and tensor-parallel tests also checkpoint a restored server with its pages
+# images compressed (--compression pages) and time its first restore. Each
+# restore must give the same greedy tokens (one prompt and a batch), keep the
+# container's PIDs, its multiprocessing resource tracker, ZMQ sockets and
+# /dev/shm, and compile nothing again.
 #
 # Runs on a GPU host (tests/gpu/run.sh); everywhere else every test skips and
 # says why. The containers have their own network namespace with only
