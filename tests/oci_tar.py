@@ -93,6 +93,35 @@ def read(path):
     return index, archive
 
 
+def edit_layer(src, dst, name, edit):
+    """Write the archive SRC again to DST, as image NAME, with the first
+    layer of its first manifest rewritten: EDIT(member name, bytes) returns
+    the bytes of each regular file. The config's diff ID follows the new
+    layer, which keeps the old one's media type and annotations."""
+    index, a = read(src)
+    desc = index["manifests"][0]
+    man = a.get_json(desc["digest"])
+    old = man["layers"][0]
+    inp = tarfile.open(fileobj=io.BytesIO(a.get(old["digest"])))
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as out:
+        for m in inp.getmembers():
+            data = None
+            if m.isfile():
+                data = edit(m.name, inp.extractfile(m).read())
+                m.size = len(data)
+            out.addfile(m, io.BytesIO(data) if data is not None else None)
+    new = a.add(buf.getvalue(), old.get("mediaType"))
+    cfg = a.get_json(man["config"]["digest"])
+    cfg["rootfs"]["diff_ids"] = [new["digest"] if d == old["digest"] else d for d in cfg["rootfs"]["diff_ids"]]
+    new["annotations"] = old.get("annotations", {})
+    man["layers"][0] = new
+    man["config"] = a.add_json(cfg, man["config"]["mediaType"])
+    desc.update(a.add_json(man))
+    desc["annotations"] = image_name(name)
+    a.write(dst, [desc])
+
+
 def image_name(name, tag_annotation=True):
     """The index annotations that name an image NAME for containerd (and,
     with TAG_ANNOTATION, for other OCI tools: the tag as ref.name)."""

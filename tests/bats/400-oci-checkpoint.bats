@@ -365,7 +365,7 @@ no_erofs_mounts() {
 	answered "before the checkpoint" "$before"
 	ocicp create --quiet --compression pages psrc "$image"
 	local manifest layer
-	manifest=$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" content get "$("$BIN/ctr" -a "$CONTAINERD_ADDRESS" images ls | awk -v i="$image" '$1 == i {print $3}')")
+	manifest=$(manifest_of "$image")
 	is "$(jq -r '.layers[0].mediaType' <<<"$manifest")" "application/vnd.oci.image.layer.v1.tar" "layer media type"
 	is "$(jq -r '.layers[0].annotations."org.rekindle.layer.in-place"' <<<"$manifest")" "erofs" "the layer is read in place"
 	is "$(jq -r '.layers[0].annotations."org.rekindle.layer.pages"' <<<"$manifest")" "zstd" "the layer says its pages are compressed"

@@ -198,7 +198,7 @@ func writeTar(w io.Writer, dir string, plan *sparse.Plan, pagesDir string, count
 			hdr.Name += PagesSuffix
 			hdr.Size, src = size, z
 		} else if f != nil {
-			src = io.TeeReader(f, countOnly{count})
+			src = io.TeeReader(f, count.Writer(io.Discard))
 		}
 		if err := tw.WriteHeader(hdr); err != nil {
 			return err
@@ -213,14 +213,6 @@ func writeTar(w io.Writer, dir string, plan *sparse.Plan, pagesDir string, count
 		return err
 	}
 	return tw.Close()
-}
-
-// countOnly counts what is written to it.
-type countOnly struct{ c *progress.Counter }
-
-func (w countOnly) Write(p []byte) (int, error) {
-	w.c.Add(int64(len(p)))
-	return len(p), nil
 }
 
 func dirSize(dir string) (int64, error) {

@@ -25,6 +25,7 @@ import (
 	"github.com/klauspost/compress/zstd"
 
 	"rekindle.local/oci-checkpoint/pkg/criuimg"
+	"rekindle.local/oci-checkpoint/pkg/progress"
 )
 
 // Mapping is one memory mapping of a process and the bytes of it that the
@@ -107,13 +108,13 @@ func Extract(r io.Reader, dir string) (*Layer, error) {
 			if err != nil {
 				return l, err
 			}
-			cr := &countingReader{r: dec}
-			zero, n, err := zeroRuns(cr)
+			var size progress.Counter
+			zero, n, err := zeroRuns(io.TeeReader(dec, size.Writer(io.Discard)))
 			dec.Close()
 			if err != nil {
 				return l, fmt.Errorf("read checkpoint/%s: %w", base, err)
 			}
-			l.PagesFiles += cr.n
+			l.PagesFiles += size.Load()
 			l.ZeroPages += n
 			l.zero[strings.TrimSuffix(base, ".zst")] = zero
 			continue
@@ -137,17 +138,6 @@ func Extract(r io.Reader, dir string) (*Layer, error) {
 			return l, err
 		}
 	}
-}
-
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
 }
 
 // zeroRuns reads a pages file through and returns its runs of pages that
