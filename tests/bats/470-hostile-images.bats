@@ -202,6 +202,29 @@ DEFAULT_CAPS='["CAP_CHOWN","CAP_DAC_OVERRIDE","CAP_FSETID","CAP_FOWNER","CAP_MKN
 		die "the restored task is in the host's cgroup namespace"
 }
 
+# resident FILE: how many of FILE's pages are in the page cache.
+resident() { fincore --raw --noheadings --output PAGES "$1"; }
+
+@test "runc restore: CRIU's read-ahead of mapped files resolves a name that is a symlink out of the root inside the root, and reads nothing of the host's" {
+	command -v fincore >/dev/null || skip "fincore is not installed (util-linux)"
+	local d=$BATS_TEST_TMPDIR/b secret=$BATS_TEST_TMPDIR/secret
+	dump h-warm "$d"
+	# A host file out of the page cache, and a link to it in the rootfs.
+	head -c 4M /dev/urandom >"$secret" && sync "$secret"
+	python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$secret"
+	is "$(resident "$secret")" 0 "the host file's cached pages before the restore"
+	ln -s "$secret" "$d/rootfs/escape"
+	# The mapped busybox renamed to the link, with the host file's size.
+	craft "$d/img/files.img" "
+r = next(e['reg'] for e in d['entries'] if e.get('reg', {}).get('name') == '/bin/busybox')
+r['name'], r['size'] = '/escape', $(stat -c %s "$secret")
+"
+	run_cmd '?' runc_ restore -d --image-path "$d/img" --work-path "$d/work" --bundle "$d" h-warm
+	grep -q "warm: Reading ahead the files of mappings" "$d/work/restore.log" ||
+		die "CRIU did not read ahead: $(grep -i warm "$d/work/restore.log")"
+	is "$(resident "$secret")" 0 "the host file's cached pages after the restore"
+}
+
 @test "nerdctl run: a checkpoint image whose cgroup.img climbs out of the cgroup yard is refused, the host untouched" {
 	canaries
 	local port image=rekindle.local/ckpt:hostile-cgroups dir=$BATS_TEST_TMPDIR/x
