@@ -202,27 +202,48 @@ DEFAULT_CAPS='["CAP_CHOWN","CAP_DAC_OVERRIDE","CAP_FSETID","CAP_FOWNER","CAP_MKN
 		die "the restored task is in the host's cgroup namespace"
 }
 
-# resident FILE: how many of FILE's pages are in the page cache.
-resident() { fincore --raw --noheadings --output PAGES "$1"; }
-
-@test "runc restore: CRIU's read-ahead of mapped files resolves a name that is a symlink out of the root inside the root, and reads nothing of the host's" {
-	command -v fincore >/dev/null || skip "fincore is not installed (util-linux)"
-	local d=$BATS_TEST_TMPDIR/b secret=$BATS_TEST_TMPDIR/secret
-	dump h-warm "$d"
-	# A host file out of the page cache, and a link to it in the rootfs.
+# warm_escape DIR WHERE: dump a busybox bundle in DIR with a host folder
+# bound at /vol, put a link to a host file, evicted from the page cache, at
+# WHERE in the container (/escape in the rootfs, /vol/escape in the bound
+# folder), and rename the mapped busybox in files.img to the link, on the
+# link's mount and with the host file's size: what a read-ahead that
+# followed the link from the host side would read.
+warm_escape() {
+	local d=$1 where=$2 secret=$1/secret
+	mkdir -p "$d/vol"
+	dump "h-warm$RANDOM" "$d" '.mounts += [{"destination": "/vol", "type": "bind", "source": "'"$d/vol"'", "options": ["rbind", "rw"]}]'
 	head -c 4M /dev/urandom >"$secret" && sync "$secret"
 	python3 -c 'import os, sys; fd = os.open(sys.argv[1], os.O_RDONLY); os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)' "$secret"
 	is "$(resident "$secret")" 0 "the host file's cached pages before the restore"
-	ln -s "$secret" "$d/rootfs/escape"
-	# The mapped busybox renamed to the link, with the host file's size.
+	case $where in
+	/vol/*) ln -s "$secret" "$d/vol/${where#/vol/}" ;;
+	*) ln -s "$secret" "$d/rootfs/$where" ;;
+	esac
+	local mnt
+	mnt=$(cd "$d/img" && "$BIN/crit" show "$(ls mountpoints-*.img)" |
+		jq --arg m "$(dirname "$where")" '.entries[] | select(.mountpoint == $m) | .mnt_id')
+	[ -n "$mnt" ] || die "no mount at $(dirname "$where") in the image"
 	craft "$d/img/files.img" "
 r = next(e['reg'] for e in d['entries'] if e.get('reg', {}).get('name') == '/bin/busybox')
-r['name'], r['size'] = '/escape', $(stat -c %s "$secret")
+r['name'], r['size'], r['mnt_id'] = '$where', $(stat -c %s "$secret"), $mnt
 "
-	run_cmd '?' runc_ restore -d --image-path "$d/img" --work-path "$d/work" --bundle "$d" h-warm
-	grep -q "warm: Reading ahead the files of mappings" "$d/work/restore.log" ||
-		die "CRIU did not read ahead: $(grep -i warm "$d/work/restore.log")"
-	is "$(resident "$secret")" 0 "the host file's cached pages after the restore"
+}
+
+# resident FILE: how many of FILE's pages are in the page cache.
+resident() { fincore --raw --noheadings --output PAGES "$1"; }
+
+@test "runc restore: CRIU's read-ahead of mapped files resolves a name that is a symlink out of its folder inside it, and reads nothing of the host's" {
+	command -v fincore >/dev/null || skip "fincore is not installed (util-linux)"
+	local d where
+	for where in /escape /vol/escape; do
+		d=$BATS_TEST_TMPDIR/b${where//\//-}
+		warm_escape "$d" "$where"
+		run_cmd '?' runc_ restore -d --image-path "$d/img" --work-path "$d/work" --bundle "$d" "h-warm${where//\//-}"
+		# The link was the one mapped file, and it was not read.
+		grep -q "warm: Read ahead 0 of 1 mapped files (0 MiB) under 1 mount(s)" "$d/work/restore.log" ||
+			die "CRIU's read-ahead did not pass over the link: $(grep -i warm "$d/work/restore.log")"
+		is "$(resident "$d/secret")" 0 "the host file's cached pages after the restore ($where)"
+	done
 }
 
 @test "nerdctl run: a checkpoint image whose cgroup.img climbs out of the cgroup yard is refused, the host untouched" {
