@@ -80,6 +80,7 @@ PATCHES = {
     "k-cow": ("criu-patches", "mem-fill-premapped-private-memory-and-compare-copy"),
     "k-direct": ("criu-patches", "mem-read-pages-images-with-O_DIRECT"),
     "k-root": ("criu-patches", "restore-let-the-root-task-restore-its-memory-beside"),
+    "k-warm": ("criu-patches", "restore-read-the-files-of-mappings-ahead"),
     "k-cgns": ("criu-patches", "cgroup-create-the-root-task-s-cgroup-namespace"),
 }
 
@@ -217,6 +218,7 @@ BOXES = [
      [P("k-private", "private memory"), P("k-shared", "shared memory"),
       P("k-cow", "premapped and copy-on-write memory"), P("k-direct", "O_DIRECT from a cold cache"),
       P("k-root", "the root task fills beside its children"),
+      P("k-warm", "mapped files read ahead"),
       P("k-shmem-err", "unreadable shared pages fail"), P("k-truncated", "truncated image fails"),
       P("k-lsm", "--lsm-profile for every task"), P("k-cgns", "cgroup namespace in ignore mode")]),
     ("CUDA restore",
