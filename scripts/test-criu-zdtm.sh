@@ -106,8 +106,11 @@ cow=$(grep -c 'Filling .* premapped private memory, [1-9][0-9]* pages of it comp
 [ "$fills" -gt 0 ] || die "zdtm: no restore filled private memory with helper threads (no 'Filling ... threads' in restore.log)"
 [ "$shared" -gt 0 ] || die "zdtm: no restore filled shared memory with helper processes (no 'Filling ... processes' in restore.log)"
 [ "$cow" -gt 0 ] || die "zdtm: no restore compared copy-on-write memory with helper processes (no 'Filling ... premapped ... compared' in restore.log)"
+# criu-patches/restore-read-the-files-of-mappings-ahead-while-the-t, in the ns flavour's restores.
+warm=$(grep -c 'warm: Read ahead [1-9][0-9]* of [0-9]* mapped files' <<<"$logs" || true)
+[ "$warm" -gt 0 ] || die "zdtm: no restore read its mapped files ahead (no 'warm: Read ahead N of ... mapped files' in restore.log)"
 note "zdtm: helpers filled private memory in $fills restored tasks, shared memory in $shared mappings" \
-	"and compared copy-on-write memory in $cow tasks"
+	"and compared copy-on-write memory in $cow tasks; $warm restores read their mapped files ahead"
 
 # Images with a parent (pre-dump) need the kernel's dirty memory tracking
 # (soft-dirty), which the dev VM's kernel lacks; lazy pages need userfaultfd.
