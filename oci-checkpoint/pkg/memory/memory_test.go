@@ -42,6 +42,19 @@ func layer(t *testing.T, es []entry) *bytes.Buffer {
 	return &b
 }
 
+// fileLayer is a layer of one regular file, name, holding data.
+func fileLayer(t *testing.T, name string, data []byte) *bytes.Buffer {
+	t.Helper()
+	var b bytes.Buffer
+	tw := tar.NewWriter(&b)
+	if err := tw.WriteHeader(&tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(data))}); err != nil {
+		t.Fatal(err)
+	}
+	tw.Write(data)
+	tw.Close()
+	return &b
+}
+
 func TestExtractTakesCRIUImagesByBaseNameOnly(t *testing.T) {
 	dir := t.TempDir()
 	l, err := Extract(layer(t, []entry{
@@ -124,12 +137,7 @@ func TestZeroPagesAreFoundAtTheirAddresses(t *testing.T) {
 	pages := make([]byte, 5*ps)
 	pages[7] = 1
 	pages[4*ps+ps-1] = 1
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	tw.WriteHeader(&tar.Header{Name: "checkpoint/pages-7.img", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(pages))})
-	tw.Write(pages)
-	tw.Close()
-	l, err := Extract(&b, t.TempDir())
+	l, err := Extract(fileLayer(t, "checkpoint/pages-7.img", pages), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,12 +190,7 @@ func TestCompressedPagesImageIsReadAsItsImage(t *testing.T) {
 	}
 	z := enc.EncodeAll(pages, nil)
 	enc.Close()
-	var b bytes.Buffer
-	tw := tar.NewWriter(&b)
-	tw.WriteHeader(&tar.Header{Name: "checkpoint/pages-3.img.zst", Typeflag: tar.TypeReg, Mode: 0o644, Size: int64(len(z))})
-	tw.Write(z)
-	tw.Close()
-	l, err := Extract(&b, t.TempDir())
+	l, err := Extract(fileLayer(t, "checkpoint/pages-3.img.zst", z), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
