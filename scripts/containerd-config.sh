@@ -19,12 +19,21 @@
 # CONTAINERD_DISABLE_READ_AHEAD=true sets disable_checkpoint_read_ahead: a
 # restore's pages images are then read by CRIU alone
 # (containerd-patches/tasks-read-a-checkpoint-s-pages-images-ahead-from-ta).
+#
+# CONTAINERD_RESTORE_TIMEOUT (a Go duration) and
+# CONTAINERD_RESTORE_MAX_DECODED_PAGES (a size) set checkpoint_restore_timeout
+# and checkpoint_restore_max_decoded_pages
+# (containerd-patches/runc-shim-kill-a-restore-that-outlasts-checkpoint_re,
+# containerd-patches/runc-shim-bound-the-decoded-pages-images-by-the-cont);
+# unset, they are left out: 10 minutes, half the host's memory.
 set -euo pipefail
 dir=$1 bin=$2
 restore_images=${CONTAINERD_RESTORE_IMAGES-'["rekindle.local", "127.0.0.1:*"]'}
 restore_keys=${CONTAINERD_RESTORE_KEYS:-}
 require_signature=${CONTAINERD_RESTORE_REQUIRE_SIGNATURE:-}
 disable_read_ahead=${CONTAINERD_DISABLE_READ_AHEAD:-}
+restore_timeout=${CONTAINERD_RESTORE_TIMEOUT:-}
+max_decoded_pages=${CONTAINERD_RESTORE_MAX_DECODED_PAGES:-}
 for v in CONTAINERD_RESTORE_REQUIRE_SIGNATURE CONTAINERD_DISABLE_READ_AHEAD; do
 	case "${!v:-}" in '' | true | false) ;; *)
 		echo "containerd-config.sh: $v=${!v}: want true or false" >&2
@@ -61,6 +70,8 @@ $(
 	[ -z "$restore_keys" ] || echo "  checkpoint_restore_keys = $restore_keys"
 	[ -z "$require_signature" ] || echo "  checkpoint_restore_require_signature = $require_signature"
 	[ -z "$disable_read_ahead" ] || echo "  disable_checkpoint_read_ahead = $disable_read_ahead"
+	[ -z "$restore_timeout" ] || echo "  checkpoint_restore_timeout = \"$restore_timeout\""
+	[ -z "$max_decoded_pages" ] || echo "  checkpoint_restore_max_decoded_pages = \"$max_decoded_pages\""
 )
 
 [plugins.'io.containerd.cri.v1.runtime']
