@@ -48,6 +48,8 @@ PATCHES = {
     "c-direct": ("containerd-patches", "diff-apply-read-a-layer-s-blob-with-O_DIRECT"),
     "c-zstd": ("containerd-patches", "compression-decode-a-zstd-stream-s-frames-in-paralle"),
     "c-pages-zst": ("containerd-patches", "runc-shim-decode-compressed-CRIU-pages-images-into-m"),
+    "c-decode-bound": ("containerd-patches", "runc-shim-bound-the-decoded-pages-images-by-the-cont"),
+    "c-deadline": ("containerd-patches", "runc-shim-kill-a-restore-that-outlasts-checkpoint_re"),
     "c-erofs": ("containerd-patches", "diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS"),
     "c-mount": ("containerd-patches", "checkpointimage-read-a-checkpoint-layer-kept-in-plac"),
     "c-directio": ("containerd-patches", "checkpointimage-mount-a-checkpoint-layer-kept-in-pla"),
@@ -82,6 +84,7 @@ PATCHES = {
     "k-root": ("criu-patches", "restore-let-the-root-task-restore-its-memory-beside"),
     "k-warm": ("criu-patches", "restore-read-the-files-of-mappings-ahead"),
     "k-cgns": ("criu-patches", "cgroup-create-the-root-task-s-cgroup-namespace"),
+    "k-beneath": ("criu-patches", "files-reg-resolve-ghost-and-link-remap-names-beneath"),
 }
 
 
@@ -179,6 +182,7 @@ BOXES = [
       P("c-directio", "directio unless the blob is cached"),
       P("c-pages-ahead", "pages read ahead from task create"),
       P("c-pages-zst", "compressed pages decoded into a tmpfs"),
+      P("c-decode-bound", "within the container's memory limit"),
       "scripts/build-erofs-utils.sh"]),
     ("restore on create",
      "containerd's Tasks.Create (nerdctl) or CRI's CreateContainer sees a checkpoint image: the host's "
@@ -209,7 +213,8 @@ BOXES = [
       P("r-enosys", "seccomp program the same each time"), P("r-bind", "bind-mount sources"),
       P("r-lo", "loopback up"), P("r-userns", "no user namespace of the image's"),
       P("r-cgroup", "cgroup mode ignore, cgroup.img checked"), P("r-mounts", "mounts no more than the config"),
-      P("r-nonroot", "a non-root process's grant"), P("r-files", "files that need capabilities")]),
+      P("r-nonroot", "a non-root process's grant"), P("r-files", "files that need capabilities"),
+      P("c-deadline", "killed at checkpoint_restore_timeout")]),
     ("CRIU parallel fill",
      "CRIU restores the process tree; helper threads fill private memory, helper processes shared "
      "memory (memfd, shared anonymous, SysV) and premapped, copy-on-write memory, one per CPU up to 16, "
@@ -220,7 +225,8 @@ BOXES = [
       P("k-root", "the root task fills beside its children"),
       P("k-warm", "mapped files read ahead"),
       P("k-shmem-err", "unreadable shared pages fail"), P("k-truncated", "truncated image fails"),
-      P("k-lsm", "--lsm-profile for every task"), P("k-cgns", "cgroup namespace in ignore mode")]),
+      P("k-lsm", "--lsm-profile for every task"), P("k-cgns", "cgroup namespace in ignore mode"),
+      P("k-beneath", "ghost and link-remap names kept beneath the mount's root")]),
     ("CUDA restore",
      "CRIU's CUDA plugin runs cuda-checkpoint again: the GPU state goes back onto the GPUs CDI gave the "
      "new container (old UUIDs mapped onto new ones), then unlock; a service keeps the driver initialized "
