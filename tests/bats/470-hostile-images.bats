@@ -20,6 +20,7 @@ setup_file() {
 
 teardown() {
 	local c
+	[ ! -f "$BATS_TEST_TMPDIR/listener.pid" ] || kill "$(cat "$BATS_TEST_TMPDIR/listener.pid")" 2>/dev/null || true
 	for c in $(runc_ list -q 2>/dev/null); do runc_ delete -f "$c" >/dev/null 2>&1 || true; done
 	[ -z "${RK_DIR:-}" ] || remove_containers
 }
@@ -78,6 +79,46 @@ $2
 json.dump(d, open(sys.argv[1], 'w'))" "$img.json" || die "crafting $img"
 	"$BIN/crit" encode -i "$img.json" -o "$img" || die "crit encode $img"
 	rm "$img.json"
+}
+
+# ghost_mode IMG MODE: set the mode of ghost file image IMG's header entry
+# (crit does not encode ghost images: their content follows the entry).
+ghost_mode() {
+	python3 - "$1" "$2" <<-'PY' || die "setting the mode of $1"
+		import struct, sys
+		b = open(sys.argv[1], "rb").read()
+		size = struct.unpack_from("<I", b, 8)[0]
+		entry, rest = b[12:12 + size], b[12 + size:]
+		def varint(b, i):
+		    v = shift = 0
+		    while True:
+		        v |= (b[i] & 0x7F) << shift
+		        shift += 7
+		        i += 1
+		        if b[i - 1] < 0x80:
+		            return v, i
+		def put(v):
+		    out = bytearray()
+		    while True:
+		        out.append(v & 0x7F | (0x80 if v > 0x7F else 0))
+		        v >>= 7
+		        if not v:
+		            return bytes(out)
+		out, i = b"", 0
+		while i < len(entry):
+		    start = i
+		    key, i = varint(entry, i)
+		    if key & 7 == 0:
+		        v, i = varint(entry, i)
+		        out += put(key) + put(int(sys.argv[2], 8)) if key >> 3 == 3 else entry[start:i]
+		    elif key & 7 == 2:
+		        n, j = varint(entry, i)
+		        i = j + n
+		        out += entry[start:i]
+		    else:
+		        sys.exit("unexpected wire type %d" % (key & 7))
+		open(sys.argv[1], "wb").write(b[:8] + struct.pack("<I", len(out)) + out + rest)
+	PY
 }
 
 # refused NAME DIR WHAT...: runc restore of DIR/img as NAME fails before
@@ -200,6 +241,124 @@ DEFAULT_CAPS='["CAP_CHOWN","CAP_DAC_OVERRIDE","CAP_FSETID","CAP_FOWNER","CAP_MKN
 	pid=$(runc_ state h-cgns | jq -r .pid)
 	[ "$(readlink "/proc/$pid/ns/cgroup")" != "$(readlink /proc/self/ns/cgroup)" ] ||
 		die "the restored task is in the host's cgroup namespace"
+}
+
+# The loop of a bundle whose shell keeps a deleted /dev/shm file open (a
+# ghost file, as NCCL's are) and a child that outlives each iteration.
+GHOST_LOOP='.process.args = ["/bin/sh", "-c", "echo hi >/dev/shm/x; exec 4</dev/shm/x; rm /dev/shm/x; sleep 1000 & while :; do sleep 1; done"]'
+
+# up DIR: DIR named from a container's /dev/shm with "..", up to the host's /.
+up() { printf '/dev/shm/%s%s' "$(printf '../%.0s' {1..24})" "${1#/}"; }
+
+@test "runc restore: ghost and link-remap files named out of the container are refused, the host untouched" {
+	canaries
+	local d=$BATS_TEST_TMPDIR/b
+	dump h-ghost "$d" "$GHOST_LOOP"
+	cp -a "$d/img" "$d/img.orig"
+
+	# The ghost file a folder, named up to the canary folder, mode 0777:
+	# stock CRIU made it 0777 before it entered the container.
+	craft "$d/img/files.img" "
+r = next(e['reg'] for e in d['entries'] if e.get('reg', {}).get('name') == '/dev/shm/x')
+r['name'] = '$(up "$CANARY/victim")'
+"
+	ghost_mode "$d/img/$(cd "$d/img" && ls ghost-file-*.img)" 40777
+	refused h-ghost "$d" "checkpoint image files.img" "not a clean absolute path"
+	canaries_intact
+
+	# The same name through a symlink that the rootfs holds.
+	rm -rf "$d/img" && cp -a "$d/img.orig" "$d/img"
+	ln -s "$CANARY" "$d/rootfs/escape"
+	craft "$d/img/files.img" "
+r = next(e['reg'] for e in d['entries'] if e.get('reg', {}).get('name') == '/dev/shm/x')
+root = min(e['reg']['mnt_id'] for e in d['entries'] if e.get('reg', {}).get('name') == '/')
+r['name'], r['mnt_id'] = '/escape/victim', root
+"
+	refused h-ghost "$d" "checkpoint image remap-fpath.img" "(/escape/victim)" "reached through a symlink"
+	canaries_intact
+
+	# A link remap alone: the file linked to the canary's name and
+	# unlinked after the restore (stock CRIU deleted it and restored).
+	rm -rf "$d/img" && cp -a "$d/img.orig" "$d/img"
+	craft "$d/img/files.img" "
+e = next(e for e in d['entries'] if e.get('reg', {}).get('name') == '/dev/shm/x')
+link = json.loads(json.dumps(e))
+link['id'] = link['reg']['id'] = 9999
+link['reg']['name'] = '$(up "$CANARY/victim/canary")'
+d['entries'].append(link)
+"
+	craft "$d/img/remap-fpath.img" "d['entries'][0].update(remap_id=9999, remap_type='LINKED')"
+	refused h-ghost "$d" "checkpoint image files.img" "file 9999" "not a clean absolute path"
+	canaries_intact
+}
+
+@test "runc restore: a child task in a mount namespace of its own is refused" {
+	local d=$BATS_TEST_TMPDIR/b child
+	dump h-childns "$d" "$GHOST_LOOP"
+	child=$(cd "$d/img" && "$BIN/crit" show pstree.img | jq '.entries[1].pid')
+	[ -n "$child" ] && [ "$child" != null ] || die "the dump holds no child task"
+	# Its own mount namespace: CRIU would mount what mountpoints-ID.img
+	# lists for it, a writable /proc/sys among them.
+	craft "$d/img/ids-$child.img" "d['entries'][0]['mnt_ns_id'] += 1000"
+	refused h-childns "$d" "checkpoint image ids-$child.img puts task $child in a mnt namespace of its own"
+}
+
+@test "runc restore: a unix socket connected to a peer that no task holds is refused, the host's listener never reached" {
+	local d=$BATS_TEST_TMPDIR/b
+	mkdir -p "$d/vol"
+	dump h-unix "$d" '.process.args = ["/bin/busybox", "syslogd", "-n", "-O", "/tmp/log"]
+		| .mounts += [{"destination": "/vol", "type": "bind", "source": "'"$d/vol"'", "options": ["rbind", "rw"]}]'
+	# A host listener in the folder the config binds, which records the
+	# credentials of whoever connects.
+	python3 -c '
+import os, socket, struct, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(); open(sys.argv[2], "w").close()
+while True:
+    c, _ = s.accept()
+    pid, uid, gid = struct.unpack("3i", c.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    open(sys.argv[2], "a").write("uid %d\n" % uid)
+' "$d/vol/host.sock" "$d/peers" 3>&- &
+	echo $! >"$BATS_TEST_TMPDIR/listener.pid"
+	for _ in $(seq 50); do [ -e "$d/peers" ] && break; sleep 0.1; done
+	# syslogd's /dev/log socket made a stream socket connected to a
+	# listener at /vol/host.sock that no task holds.
+	craft "$d/img/files.img" "
+import base64
+sk = next(e for e in d['entries'] if e['type'] == 'UNIXSK')
+peer = json.loads(json.dumps(sk))
+peer['id'] = peer['usk']['id'] = 9999
+peer['usk'].update(ino=99999, name=base64.b64encode(b'/vol/host.sock').decode(), state=10, type=1, peer=0)
+sk['usk'].update(name='', state=1, type=1, peer=99999)
+d['entries'].append(peer)
+"
+	refused h-unix "$d" "checkpoint image files.img: unix socket" "has peer 9999 (inode 99999" "which no task of the checkpoint holds"
+	is "$(cat "$d/peers")" "" "the connections the host's listener saw"
+}
+
+@test "runc restore: an image file runc does not check, or a symlink among the images, is refused" {
+	canaries
+	local d=$BATS_TEST_TMPDIR/b
+	dump h-files "$d"
+	cp "$d/img/pstree.img" "$d/img/evil-1.img"
+	refused h-files "$d" "checkpoint image evil-1.img is no image that runc checks"
+	rm "$d/img/evil-1.img"
+	# CRIU writes its statistics through whatever stats-restore is.
+	ln -s "$CANARY/victim/canary" "$d/img/stats-restore"
+	refused h-files "$d" "checkpoint image stats-restore is not a regular file"
+	canaries_intact
+}
+
+@test "runc restore: a tmpfs archive with a device node the config does not give is refused" {
+	local d=$BATS_TEST_TMPDIR/b shm
+	dump h-tmpfs "$d" '.process.capabilities |= with_entries(.value -= ["CAP_MKNOD"])'
+	# /dev/shm's archive gains the host's disk as a block device.
+	shm=$(cd "$d/img" && "$BIN/crit" show "$(ls mountpoints-*.img)" | jq '.entries[] | select(.mountpoint == "/dev/shm") | .root_dev')
+	[ -f "$d/img/tmpfs-dev-$shm.tar.gz.img" ] || die "no archive of /dev/shm (device $shm) in the dump"
+	mkdir "$d/shm" && tar -xzf "$d/img/tmpfs-dev-$shm.tar.gz.img" -C "$d/shm"
+	mknod "$d/shm/sda" b 8 0
+	tar -czf "$d/img/tmpfs-dev-$shm.tar.gz.img" --numeric-owner -C "$d/shm" .
+	refused h-tmpfs "$d" "checkpoint image tmpfs-dev-$shm.tar.gz.img (the tmpfs at /dev/shm)" "sda" "is device b 8:0" "CAP_MKNOD"
 }
 
 # warm_escape DIR WHERE: dump a busybox bundle in DIR with a host folder
