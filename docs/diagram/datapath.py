@@ -73,6 +73,12 @@ PATCHES = {
     "r-mounts": ("runc-patches", "libct-criu-refuse-mount-images-that-mount-more"),
     "r-nonroot": ("runc-patches", "libct-criu-grant-a-non-root-process-only"),
     "r-files": ("runc-patches", "libct-criu-refuse-images-whose-files-need-privileges"),
+    "r-tasks": ("runc-patches", "libct-criu-refuse-tasks-in-namespaces-other-than-the"),
+    "r-remap": ("runc-patches", "libct-criu-allow-ghost-and-link-remap-files-only-on"),
+    "r-unix": ("runc-patches", "libct-criu-refuse-unix-sockets-bound-or-connected-ou"),
+    "r-tmpfs": ("runc-patches", "libct-criu-check-the-archives-CRIU-extracts-into-the"),
+    "r-deny": ("runc-patches", "libct-criu-refuse-image-files-and-file-kinds-that-ru"),
+    "r-jail": ("runc-patches", "libct-criu-restore-in-a-mount-namespace-that-holds-o"),
     "k-zombie": ("criu-patches", "dump-record-a-zombie-s-thread-id-in-pstree.img"),
     "k-shmem-err": ("criu-patches", "shmem-fail-the-restore-when-shared-memory-pages"),
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
@@ -85,6 +91,7 @@ PATCHES = {
     "k-warm": ("criu-patches", "restore-read-the-files-of-mappings-ahead"),
     "k-cgns": ("criu-patches", "cgroup-create-the-root-task-s-cgroup-namespace"),
     "k-beneath": ("criu-patches", "files-reg-resolve-ghost-and-link-remap-names-beneath"),
+    "k-in-root": ("criu-patches", "files-resolve-FIFO-lease-inotify-and-unix-socket-nam"),
 }
 
 
@@ -206,7 +213,8 @@ BOXES = [
      "capabilities, no_new_privs, seccomp, LSM label, limits, scheduling, namespaces, cgroups, mounts, "
      "files), has CRIU leave cgroups alone, restores under the config's LSM label, hands CRIU the "
      "resolved bind-mount sources (CDI's driver files), and brings up the restored network namespace's "
-     "loopback.",
+     "loopback; any image file or file kind it does not check is refused, and CRIU runs in a mount "
+     "namespace that holds only what it needs.",
      [P("r-priv", "privilege check"), P("r-lsm", "the config's LSM label"),
       P("r-aa", "no AppArmor namespaces"), P("r-limits", "scheduling and loginuid"),
       P("r-oom", "rlimits and oom_score_adj held to the spec"), P("r-program", "seccomp program built to compare"),
@@ -214,6 +222,10 @@ BOXES = [
       P("r-lo", "loopback up"), P("r-userns", "no user namespace of the image's"),
       P("r-cgroup", "cgroup mode ignore, cgroup.img checked"), P("r-mounts", "mounts no more than the config"),
       P("r-nonroot", "a non-root process's grant"), P("r-files", "files that need capabilities"),
+      P("r-deny", "unchecked image files and file kinds refused"), P("r-tasks", "every task in the root's namespaces"),
+      P("r-remap", "ghost and link-remap files on the container's own mounts"),
+      P("r-unix", "unix sockets connected within the tree"), P("r-tmpfs", "tmpfs archives checked"),
+      P("r-jail", "CRIU in a mount namespace of what it needs"),
       P("c-deadline", "killed at checkpoint_restore_timeout")]),
     ("CRIU parallel fill",
      "CRIU restores the process tree; helper threads fill private memory, helper processes shared "
@@ -226,7 +238,8 @@ BOXES = [
       P("k-warm", "mapped files read ahead"),
       P("k-shmem-err", "unreadable shared pages fail"), P("k-truncated", "truncated image fails"),
       P("k-lsm", "--lsm-profile for every task"), P("k-cgns", "cgroup namespace in ignore mode"),
-      P("k-beneath", "ghost and link-remap names kept beneath the mount's root")]),
+      P("k-beneath", "ghost and link-remap names kept beneath the mount's root"),
+      P("k-in-root", "FIFO, lease, watch and unix socket names kept in the root")]),
     ("CUDA restore",
      "CRIU's CUDA plugin runs cuda-checkpoint again: the GPU state goes back onto the GPUs CDI gave the "
      "new container (old UUIDs mapped onto new ones), then unlock; a service keeps the driver initialized "

@@ -40,8 +40,8 @@ canaries_intact() {
 
 # tree DIR: a busybox process tree in mount and pid namespaces of its own,
 # its root DIR/rootfs (a bind mount) with /proc and a tmpfs at /dev/shm,
-# whose init holds fd 4 on /dev/shm/x ("hi"), deleted: a ghost file.
-# DIR/rootfs/escape is a symlink to the canary folder. TREE is the init's
+# whose init holds fd 4 on /dev/shm/x ("hi"), deleted: a ghost file, and
+# fd 5 on the FIFO /tmp/f, read and write. DIR/rootfs/escape is a symlink to the canary folder. TREE is the init's
 # pid on the host.
 tree() {
 	local dir=$1 r=$1/rootfs up i
@@ -50,9 +50,10 @@ tree() {
 	ln -sf busybox "$r/bin/sh"
 	mknod "$r/dev/null" c 1 3
 	ln -s "$CANARY" "$r/escape"
+	mkfifo "$r/tmp/f"
 	cat >"$r/tmp/loop.sh" <<-'EOF'
-		echo hi >/dev/shm/x; exec 4</dev/shm/x; rm /dev/shm/x
-		for f in $(cd /proc/self/fd && echo *); do [ "$f" -gt 4 ] && eval "exec $f>&-"; done
+		echo hi >/dev/shm/x; exec 4</dev/shm/x; rm /dev/shm/x; exec 5<>/tmp/f
+		for f in $(cd /proc/self/fd && echo *); do [ "$f" -gt 5 ] && eval "exec $f>&-"; done
 		exec </dev/null >/dev/null 2>&1
 		while :; do sleep 1; done
 	EOF
@@ -65,10 +66,10 @@ tree() {
 	for i in $(seq 50); do
 		TREE=$(cat "/proc/$up/task/$up/children" 2>/dev/null) || true
 		TREE=${TREE% }
-		[ -n "$TREE" ] && [ -e "/proc/$TREE/fd/4" ] && break
+		[ -n "$TREE" ] && [ -e "/proc/$TREE/fd/5" ] && break
 		sleep 0.1
 	done
-	[ -e "/proc/$TREE/fd/4" ] || die "the tree did not start: $(cat "$dir/tree.log")"
+	[ -e "/proc/$TREE/fd/5" ] || die "the tree did not start: $(cat "$dir/tree.log")"
 	echo "$TREE" >"$BATS_TEST_TMPDIR/tree.pid"
 }
 
@@ -170,6 +171,57 @@ g.pop('size', None)
 		ghost /escape/victim
 		linked /dev/shm/$up${CANARY#/}/victim/canary
 		linked /escape/victim/canary
+	EOF
+	[ ${#failed[@]} -eq 0 ] || die "$(printf '%s\n' "${failed[@]}")"
+}
+
+# fifo DIR NAME: DIR/img is DIR/img.orig with the FIFO's name in files.img
+# (its REG entry, /tmp/f) changed to NAME, opened with O_TRUNC as well.
+fifo() {
+	local dir=$1 name=$2 img=$1/img
+	rm -rf "$img" && cp -a "$dir/img.orig" "$img"
+	craft "$img/files.img" "
+fifo = next(e['fifo'] for e in d['entries'] if e['type'] == 'FIFO')
+reg = next(e['reg'] for e in d['entries'] if e['type'] == 'REG' and e['id'] == fifo['regf_id'])
+assert reg['name'] == '/tmp/f', reg
+reg['name'] = '$name'
+reg['flags'] = int(reg['flags'], 0) | 0o1000 if isinstance(reg['flags'], str) else reg['flags'] | 0o1000
+"
+}
+
+@test "criu restore: a FIFO held open comes back, its name and mode as they were" {
+	canaries
+	local d=$BATS_TEST_TMPDIR/b
+	dump "$d"
+	cp -a "$d/img.orig" "$d/img"
+	restore "$d"
+	local pid
+	pid=$(cat "$BATS_TEST_TMPDIR/restored.pid")
+	is "$(readlink "/proc/$pid/fd/5")" "/tmp/f" "the restored fd 5"
+	is "$(stat -c %F "$d/rootfs/tmp/f")" "fifo" "the restored /tmp/f"
+	canaries_intact
+}
+
+# A restored task opens its FIFOs by name from the namespace's root, as
+# host root, before the restorer chroots it; the name is resolved beneath
+# that root (criu-patches/files-resolve-FIFO-lease-inotify-and-unix-socket-nam).
+@test "criu restore: FIFO names that climb out of the root with .. or through a symlink are refused, the host untouched" {
+	canaries
+	local d=$BATS_TEST_TMPDIR/b up name failed=()
+	dump "$d"
+	up=$(printf '../%.0s' $(seq 24))
+	while read -r name; do
+		echo "# fifo $name" >&2
+		rm -rf "$CANARY" && canaries
+		fifo "$d" "$name"
+		restore "$d" '?'
+		[ ! -f "$BATS_TEST_TMPDIR/restored.pid" ] || kill -9 "$(cat "$BATS_TEST_TMPDIR/restored.pid")" 2>/dev/null || true
+		(canaries_intact) || failed+=("fifo $name: the host changed")
+		grep -E "File 0x[0-9a-f]+: .* is not beneath its mount namespace's root, refusing to open it" "$d/work/restore.log" >&2 ||
+			failed+=("fifo $name: CRIU's log does not name the refusal: $(grep -E 'Error' "$d/work/restore.log")")
+	done <<-EOF
+		/$up${CANARY#/}/victim/canary
+		/escape/victim/canary
 	EOF
 	[ ${#failed[@]} -eq 0 ] || die "$(printf '%s\n' "${failed[@]}")"
 }
