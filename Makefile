@@ -27,7 +27,7 @@ CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
 STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk $(BIN)/nvidia-cdi-hook \
 	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge $(BIN)/mkfs.erofs
 
-.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches test-criu demo bench bench-criu clean distclean FORCE
+.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches test-criu fuzz demo bench bench-criu clean distclean FORCE
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -165,6 +165,16 @@ provision: build ## provision this host with ansible/ (root; CPU-only unless ANS
 
 test: build ## build, then run every test (CPU; GPU tests skip without a GPU)
 	REKINDLE_UNIT_TESTS="$(UNIT_TESTS)" tests/run.sh
+
+# The hostile-image fuzzer (tests/fuzz/fuzz-images.py), longer than 475's
+# fixed-seed run: FUZZ_CASES cases from FUZZ_SEED (empty: a random seed, which
+# it prints); the failing cases' images are kept in FUZZ_KEEP for --replay.
+FUZZ_CASES ?= 300
+FUZZ_SEED  ?=
+FUZZ_KEEP  ?= $(BUILDDIR)/fuzz-failed
+fuzz: ## restore FUZZ_CASES (300) randomly mutated checkpoint images beside canaries (root; run 'make build' first)
+	tests/fuzz/fuzz-images.py --runc $(BIN)/runc --crit $(BIN)/crit --cases $(FUZZ_CASES) \
+		$(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) --keep $(FUZZ_KEEP)
 
 demo: build ## checkpoint a running engine and restore it with nerdctl run, printing phase times
 	scripts/demo.sh
