@@ -12,10 +12,16 @@ opt=/opt/rekindle
 mkdir -p "$opt/libexec"
 tar -C "$opt" -xJf "$bundle" || die "cannot unpack $bundle into $opt"
 # criu and jq need the Debian libraries packed beside them; only they get
-# them, so the host's Python and PyTorch keep the host's own.
+# them, so the host's Python and PyTorch keep the host's own. They go under
+# /usr/local, where a provisioned host has its CRIU: runc restores with CRIU
+# in a mount namespace that holds /usr, PATH and little else of the host's.
+lib=/usr/local/lib/rekindle libexec=/usr/local/libexec/rekindle
+mkdir -p "$lib" "$libexec"
+cp -a "$opt/lib/." "$lib/"
 for t in criu criu-stock jq; do
-	[ -f "$opt/libexec/$t" ] || mv "$opt/bin/$t" "$opt/libexec/$t"
-	printf '#!/bin/sh\nLD_LIBRARY_PATH=%s/lib exec %s/libexec/%s "$@"\n' "$opt" "$opt" "$t" >"$opt/bin/$t"
+	# The bundle's binary, unless an earlier run made this one a wrapper.
+	head -c2 "$opt/bin/$t" | grep -q '#!' || mv -f "$opt/bin/$t" "$libexec/$t"
+	printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec %s/%s "$@"\n' "$lib" "$libexec" "$t" >"$opt/bin/$t"
 	chmod 0755 "$opt/bin/$t"
 done
 # criu was built with PREFIX=/usr/local: its plugins live there.
