@@ -68,19 +68,6 @@ dump() {
 	run_cmd runc_ checkpoint --image-path "$dir/img" --work-path "$dir/work" "$name"
 }
 
-# craft IMG PYTHON: decode the CRIU image IMG with crit, let PYTHON change
-# the JSON (bound to d), encode it again in place.
-craft() {
-	local img=$1
-	"$BIN/crit" decode -i "$img" -o "$img.json" || die "crit decode $img"
-	python3 -c "import json, sys
-d = json.load(open(sys.argv[1]))
-$2
-json.dump(d, open(sys.argv[1], 'w'))" "$img.json" || die "crafting $img"
-	"$BIN/crit" encode -i "$img.json" -o "$img" || die "crit encode $img"
-	rm "$img.json"
-}
-
 # ghost_mode IMG MODE: set the mode of ghost file image IMG's header entry
 # (crit does not encode ghost images: their content follows the entry).
 ghost_mode() {

@@ -89,19 +89,6 @@ restore() {
 		--pidfile "$BATS_TEST_TMPDIR/restored.pid"
 }
 
-# craft IMG PYTHON: decode the CRIU image IMG with crit, let PYTHON change
-# the JSON (bound to d), encode it again in place.
-craft() {
-	local img=$1
-	"$BIN/crit" decode -i "$img" -o "$img.json" || die "crit decode $img"
-	python3 -c "import json, sys
-d = json.load(open(sys.argv[1]))
-$2
-json.dump(d, open(sys.argv[1], 'w'))" "$img.json" || die "crafting $img"
-	"$BIN/crit" encode -i "$img.json" -o "$img" || die "crit encode $img"
-	rm "$img.json"
-}
-
 # hostile DIR KIND NAME: DIR/img is DIR/img.orig with one more remap in
 # remap-fpath.img, on the mount of the name in files.img: KIND ghost, a
 # folder (mode 0777) named NAME, which the root task would create or, when

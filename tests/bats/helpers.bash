@@ -347,3 +347,18 @@ weights_down() {
 		umount "$WEIGHTS_DIR/root/sets" || umount -l "$WEIGHTS_DIR/root/sets"
 	fi
 }
+
+# ---- crafted checkpoint images ---------------------------------------------
+
+# craft IMG PYTHON: decode the CRIU image IMG with crit, let PYTHON change
+# the JSON (bound to d), encode it again in place.
+craft() {
+	local img=$1
+	"$BIN/crit" decode -i "$img" -o "$img.json" || die "crit decode $img"
+	python3 -c "import json, sys
+d = json.load(open(sys.argv[1]))
+$2
+json.dump(d, open(sys.argv[1], 'w'))" "$img.json" || die "crafting $img"
+	"$BIN/crit" encode -i "$img.json" -o "$img" || die "crit encode $img"
+	rm "$img.json"
+}
