@@ -243,3 +243,28 @@ no_holds() {
 	[ "$(cri inspect "$CTR" | jq -r .status.state)" != CONTAINER_RUNNING ] || die "the refused container runs"
 	! curl -sf "http://127.0.0.1:$port/health" >/dev/null || die "an engine answers on port $port"
 }
+
+@test "crictl: a checkpoint image holding an image file runc does not check is refused at start, as through nerdctl run, and nothing is left (runc-patches/libct-criu-refuse-image-files-and-file-kinds-that-ru)" {
+	local port image=rekindle.local/ckpt:cri-unknown err=$BATS_TEST_TMPDIR/start.err
+	port=$(free_port)
+	run_engine_pod usrc "$ENGINE_IMAGE" "$port"
+	wait_healthy "$port"
+	cri_do checkpoint --export="$BATS_TEST_TMPDIR/ck.tar" "$CTR"
+	cri_do rmp --force "$POD"
+	# An image file of a kind this runc does not know, as a newer CRIU or a
+	# crafted layer would add one.
+	mkdir -p "$BATS_TEST_TMPDIR/add/checkpoint"
+	printf 'x' >"$BATS_TEST_TMPDIR/add/checkpoint/netns-ct-10.img"
+	tar -rf "$BATS_TEST_TMPDIR/ck.tar" -C "$BATS_TEST_TMPDIR/add" checkpoint/netns-ct-10.img
+	checkpoint_image "$BATS_TEST_TMPDIR/ck.tar" "$image" engine "$BATS_TEST_TMPDIR/image.tar"
+	k8s_ctr images import "$BATS_TEST_TMPDIR/image.tar" >/dev/null 2>&1 || die "cannot import $image"
+
+	create_from_image u1 "$image" "$port"
+	! cri start "$CTR" 2>"$err" || die "a restore of an image with an unknown image file started"
+	grep -q 'refusing to restore: checkpoint image netns-ct-10.img is no image that runc checks' "$err" ||
+		die "the error does not name the file: $(cat "$err")"
+	[ "$(cri inspect "$CTR" | jq -r .status.state)" != CONTAINER_RUNNING ] || die "the refused container runs"
+	! curl -sf "http://127.0.0.1:$port/health" >/dev/null || die "an engine answers on port $port"
+	run "$BIN/runc" --root "$RK_DIR/runc/k8s.io" list -q
+	! grep -q "$CTR" <<<"$output" || die "runc still lists the refused container: $output"
+}
