@@ -134,15 +134,11 @@ func profile(cc *cli.Context) (engine.Profile, error) {
 			return p, err
 		}
 	}
-	if q := cc.StringSlice("quiesce"); len(q) > 0 {
-		if p.Quiesce, err = parseCalls(q); err != nil {
-			return p, err
-		}
+	if p.Quiesce, err = engine.Override(p.Quiesce, cc.StringSlice("quiesce")); err != nil {
+		return p, err
 	}
-	if r := cc.StringSlice("resume"); len(r) > 0 {
-		if p.Resume, err = parseCalls(r); err != nil {
-			return p, err
-		}
+	if p.Resume, err = engine.Override(p.Resume, cc.StringSlice("resume")); err != nil {
+		return p, err
 	}
 	if h := cc.String("health"); h != "" {
 		if p.Health, err = engine.ParseCall(h); err != nil {
@@ -153,16 +149,4 @@ func profile(cc *cli.Context) (engine.Profile, error) {
 		return p, fmt.Errorf("engine %s needs --quiesce and --resume calls", p.Name)
 	}
 	return p, nil
-}
-
-func parseCalls(ss []string) ([]engine.Call, error) {
-	var out []engine.Call
-	for _, s := range ss {
-		c, err := engine.ParseCall(s)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	return out, nil
 }

@@ -62,15 +62,8 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	if len(resume) > 0 {
-		p.Resume = nil
-		for _, s := range resume {
-			c, err := engine.ParseCall(s)
-			if err != nil {
-				fail(err)
-			}
-			p.Resume = append(p.Resume, c)
-		}
+	if p.Resume, err = engine.Override(p.Resume, resume); err != nil {
+		fail(err)
 	}
 	if len(p.Resume) == 0 {
 		fail(errors.New("no resume calls: pass --resume"))

@@ -150,6 +150,24 @@ func ParseCall(s string) (Call, error) {
 	return Call{}, fmt.Errorf("call %q: want 'GET /path', 'POST /path [JSON]' or 'exec COMMAND'", s)
 }
 
+// Override returns the calls ss names (ParseCall's forms), or def where ss
+// is empty: a user's --quiesce or --resume replaces the profile's, at
+// checkpoint and in the wake helper alike.
+func Override(def []Call, ss []string) ([]Call, error) {
+	if len(ss) == 0 {
+		return def, nil
+	}
+	out := make([]Call, 0, len(ss))
+	for _, s := range ss {
+		c, err := ParseCall(s)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, nil
+}
+
 // StatusError is an HTTP answer other than 2xx.
 type StatusError struct {
 	Call   Call

@@ -218,3 +218,18 @@ func TestExecCall(t *testing.T) {
 		t.Errorf("failing exec: %v", err)
 	}
 }
+
+func TestOverride(t *testing.T) {
+	def := []Call{{Method: "POST", Path: "/wake_up"}}
+	got, err := Override(def, nil)
+	if err != nil || len(got) != 1 || got[0].Path != "/wake_up" {
+		t.Fatalf("no override: got %v, %v; want the profile's calls", got, err)
+	}
+	got, err = Override(def, []string{"POST /resume {\"a\": 1}", "exec touch /ready"})
+	if err != nil || len(got) != 2 || got[0].Path != "/resume" || got[0].Body != `{"a": 1}` || got[1].Method != "exec" {
+		t.Fatalf("override: got %v, %v", got, err)
+	}
+	if _, err := Override(def, []string{"POST resume"}); err == nil || !strings.Contains(err.Error(), "the path must start with /") {
+		t.Fatalf("a bad call: got %v", err)
+	}
+}
