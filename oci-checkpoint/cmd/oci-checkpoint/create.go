@@ -70,10 +70,8 @@ var createCmd = &cli.Command{
 		if o.StopAtDump && o.LeaveRunning {
 			return cli.Exit("--stop-at-dump and --leave-running contradict each other: give one", 2)
 		}
-		switch o.Compression {
-		case checkpoint.CompressionNone, checkpoint.CompressionPages, checkpoint.CompressionZstd:
-		default:
-			return cli.Exit(fmt.Sprintf("--compression %q: want %s, %s or %s", o.Compression, checkpoint.CompressionNone, checkpoint.CompressionPages, checkpoint.CompressionZstd), 2)
+		if err := checkpoint.CheckCompression(o.Compression); err != nil {
+			return cli.Exit("--"+err.Error(), 2)
 		}
 		switch o.Fallback {
 		case annotations.FallbackCold, annotations.FallbackNone:

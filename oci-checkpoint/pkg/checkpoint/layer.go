@@ -31,6 +31,16 @@ const (
 	CompressionZstd = "zstd"
 )
 
+// CheckCompression refuses a compression other than the three, with the
+// words the CLI's --compression error uses.
+func CheckCompression(c string) error {
+	switch c {
+	case CompressionNone, CompressionPages, CompressionZstd:
+		return nil
+	}
+	return fmt.Errorf("compression %q: want %s, %s or %s", c, CompressionNone, CompressionPages, CompressionZstd)
+}
+
 // writeLayer tars dir into the content store as the checkpoint layer and
 // returns its descriptor and diff ID (the digest of the uncompressed tar).
 //
@@ -100,7 +110,7 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 	default:
 		aw.Close()
 		stop()
-		return ocispec.Descriptor{}, "", fmt.Errorf("compression %q: want %s, %s or %s", o.Compression, CompressionNone, CompressionPages, CompressionZstd)
+		return ocispec.Descriptor{}, "", CheckCompression(o.Compression)
 	}
 	err = writeTar(out, dir, plan, pagesDir, &count)
 	if zw != nil {
