@@ -79,6 +79,8 @@ PATCHES = {
     "r-tmpfs": ("runc-patches", "libct-criu-check-the-archives-CRIU-extracts-into-the"),
     "r-deny": ("runc-patches", "libct-criu-refuse-image-files-and-file-kinds-that-ru"),
     "r-jail": ("runc-patches", "libct-criu-restore-in-a-mount-namespace-that-holds-o"),
+    "r-names": ("runc-patches", "libct-criu-place-remap-and-socket-names-as-CRIU-res"),
+    "r-binds": ("runc-patches", "libct-criu-allow-ghost-files-and-sockets-in-a-bind-"),
     "k-zombie": ("criu-patches", "dump-record-a-zombie-s-thread-id-in-pstree.img"),
     "k-shmem-err": ("criu-patches", "shmem-fail-the-restore-when-shared-memory-pages"),
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
@@ -226,6 +228,7 @@ BOXES = [
       P("r-remap", "ghost and link-remap files on the container's own mounts"),
       P("r-unix", "unix sockets connected within the tree"), P("r-tmpfs", "tmpfs archives checked"),
       P("r-jail", "CRIU in a mount namespace of what it needs"),
+      P("r-names", "names placed as CRIU resolves them"), P("r-binds", "binds the process could write"),
       P("c-deadline", "killed at checkpoint_restore_timeout")]),
     ("CRIU parallel fill",
      "CRIU restores the process tree; helper threads fill private memory, helper processes shared "
