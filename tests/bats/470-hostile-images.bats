@@ -31,20 +31,6 @@ teardown_file() {
 
 runc_() { PATH=$BIN:$PATH "$BIN/runc" --root "$BATS_FILE_TMPDIR/runc" "$@"; }
 
-# canaries: a folder only root may enter, holding a file that says "safe".
-canaries() {
-	CANARY=$BATS_TEST_TMPDIR/canary
-	mkdir -p "$CANARY/victim"
-	chmod 0700 "$CANARY/victim"
-	echo safe >"$CANARY/victim/canary"
-}
-
-canaries_intact() {
-	is "$(stat -c %a "$CANARY/victim")" "700" "the canary folder's mode"
-	is "$(cat "$CANARY/victim/canary")" "safe" "the canary file"
-	[ ! -e "$CANARY/newdir" ] || die "$CANARY/newdir was created"
-}
-
 # bundle DIR [JQ]: a runc bundle in DIR whose process, busybox as root with
 # the default capabilities, loops; JQ changes its config.json.
 bundle() {
@@ -261,7 +247,7 @@ r = next(e['reg'] for e in d['entries'] if e.get('reg', {}).get('name') == '/dev
 root = min(e['reg']['mnt_id'] for e in d['entries'] if e.get('reg', {}).get('name') == '/')
 r['name'], r['mnt_id'] = '/escape/victim', root
 "
-	refused h-ghost "$d" "checkpoint image remap-fpath.img" "(/escape/victim)" "reached through a symlink"
+	refused h-ghost "$d" "checkpoint image remap-fpath.img" "(/escape/victim)" "which the rootfs reaches through a symlink"
 	canaries_intact
 
 	# A link remap alone: the file linked to the canary's name and

@@ -24,20 +24,6 @@ teardown() {
 	done
 }
 
-# canaries: a folder only root may enter, holding a file that says "safe".
-canaries() {
-	CANARY=$BATS_TEST_TMPDIR/canary
-	mkdir -p "$CANARY/victim"
-	chmod 0700 "$CANARY/victim"
-	echo safe >"$CANARY/victim/canary"
-}
-
-canaries_intact() {
-	is "$(stat -c %a "$CANARY/victim")" "700" "the canary folder's mode"
-	[ -e "$CANARY/victim/canary" ] || die "the canary file was deleted"
-	is "$(cat "$CANARY/victim/canary")" "safe" "the canary file"
-}
-
 # tree DIR: a busybox process tree in mount and pid namespaces of its own,
 # its root DIR/rootfs (a bind mount) with /proc and a tmpfs at /dev/shm,
 # whose init holds fd 4 on /dev/shm/x ("hi"), deleted: a ghost file, and

@@ -362,3 +362,19 @@ json.dump(d, open(sys.argv[1], 'w'))" "$img.json" || die "crafting $img"
 	"$BIN/crit" encode -i "$img.json" -o "$img" || die "crit encode $img"
 	rm "$img.json"
 }
+
+# canaries: a folder only root may enter, holding a file that says "safe",
+# for a crafted image to aim at.
+canaries() {
+	CANARY=$BATS_TEST_TMPDIR/canary
+	mkdir -p "$CANARY/victim"
+	chmod 0700 "$CANARY/victim"
+	echo safe >"$CANARY/victim/canary"
+}
+
+canaries_intact() {
+	is "$(stat -c %a "$CANARY/victim")" "700" "the canary folder's mode"
+	[ -e "$CANARY/victim/canary" ] || die "the canary file was deleted"
+	is "$(cat "$CANARY/victim/canary")" "safe" "the canary file"
+	[ ! -e "$CANARY/newdir" ] || die "$CANARY/newdir was created"
+}
