@@ -44,7 +44,7 @@ cp -r /usr/lib/bats-core "$stage/bats/lib/"
 cp -r /usr/libexec/bats-core "$stage/bats/libexec/"
 install -D -m 0755 /usr/bin/bats "$stage/bats/bin/bats"
 
-for img in "$b"/images/gpu-*.tar "$b"/images/hf-*.tar "$b"/images/vllm-*.tar; do
+for img in "$b"/images/gpu-*.tar "$b"/images/hf-*.tar "$b"/images/vllm-*.tar "$b"/images/sglang-*.tar; do
 	[ -f "$img" ] && cp "$img" "$stage/images/"
 done
 

@@ -12,6 +12,10 @@
 # transformers image's files plus /engine/vllm_serve.py (integrations/vllm/serve.py),
 # which runs the host's vLLM on the model bound at /models/model.
 #
+# GPU_ENGINE_BACKEND=sglang builds rekindle.local/sglang-engine:latest: the
+# same, with /engine/sglang_serve.py (integrations/sglang/serve.py), which runs
+# the host's SGLang on the model bound at /models/model, memory saver on.
+#
 # GPU_ENGINE_BACKEND=transformers builds rekindle.local/hf-engine:latest
 # instead: the same files run with transformers' model code, torch.compile
 # and CUDA graphs (hf_model.py). torch.compile needs a C compiler at run
@@ -28,7 +32,8 @@ case $backend in
 reference) ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/gpu-engine:latest} ;;
 transformers) ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/hf-engine:latest} ;;
 vllm) ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/vllm-engine:latest} ;;
-*) die "GPU_ENGINE_BACKEND=$backend: want reference, transformers or vllm" ;;
+sglang) ref=${GPU_ENGINE_IMAGE_REF:-rekindle.local/sglang-engine:latest} ;;
+*) die "GPU_ENGINE_BACKEND=$backend: want reference, transformers, vllm or sglang" ;;
 esac
 tag=${ref##*:}
 gb=${GPU_ENGINE_PARAMS_GB:-1}
@@ -90,6 +95,16 @@ if [ "$backend" = vllm ]; then
 		--config.env VLLM_SERVER_DEV_MODE=1 --config.env VLLM_USE_FLASHINFER_SAMPLER=0
 		--config.env VLLM_HOST_IP=127.0.0.1 --config.env VLLM_NO_USAGE_STATS=1 --config.env DO_NOT_TRACK=1
 		--config.env VLLM_CACHE_ROOT=/var/cache/engine/vllm --config.env HOME=/root)
+fi
+if [ "$backend" = sglang ]; then
+	# SGLang from the host, the model bound at /models/model
+	# (integrations/sglang/serve.py), its memory saver on: launch.sh
+	# preloads torch_memory_saver's hook, as SGLang's schedulers want it.
+	install -m 0755 "$here/../../integrations/sglang/serve.py" "$root/engine/sglang_serve.py"
+	mkdir -p "$root/models/model"
+	desc="SGLang's server on the model bound at /models/model; runs the host's Python, PyTorch and SGLang"
+	extra_env+=(--config.env ENGINE_SERVER=/engine/sglang_serve.py --config.env MODEL_PATH=/models/model
+		--config.env HOME=/root)
 fi
 # The weight set client (integrations/weights/): server.py imports it from beside itself.
 install -m 0644 "$here/../../integrations/weights/rekindle_weights.py" "$root/engine/rekindle_weights.py"

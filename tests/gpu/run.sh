@@ -51,7 +51,7 @@ else
 	rm -f "$REKINDLE_CUDA_HOLD_PIDFILE"
 fi
 criu check || echo "warning: criu check failed"
-export REKINDLE_BATS_FILES=${REKINDLE_BATS_FILES:-tests/bats/500-gpu.bats tests/bats/510-vllm.bats}
+export REKINDLE_BATS_FILES=${REKINDLE_BATS_FILES:-tests/bats/500-gpu.bats tests/bats/510-vllm.bats tests/bats/520-sglang.bats}
 export REKINDLE_BATS_FLAGS="--no-tempdir-cleanup ${REKINDLE_BATS_FLAGS:-}"
 "$root/tests/run.sh"
 rc=$?

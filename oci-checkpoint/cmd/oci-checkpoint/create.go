@@ -138,6 +138,7 @@ func profile(cc *cli.Context) (engine.Profile, error) {
 	if p.Resume, err = engine.Override(p.Resume, cc.StringSlice("resume")); err != nil {
 		return p, err
 	}
+	p.ResumeGiven = len(cc.StringSlice("resume")) > 0
 	if h := cc.String("health"); h != "" {
 		if p.Health, err = engine.ParseCall(h); err != nil {
 			return p, err

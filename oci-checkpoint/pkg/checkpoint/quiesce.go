@@ -27,6 +27,9 @@ func (cr *creation) preflight() error {
 		return fmt.Errorf("%w; nothing was changed, the engine is left running", err)
 	}
 	cr.facts = f
+	if f.Resume != nil {
+		cr.o.Engine.Resume = f.Resume
+	}
 	return nil
 }
 

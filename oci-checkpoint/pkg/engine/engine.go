@@ -48,6 +48,9 @@ type Profile struct {
 	// SleepLevel is vLLM's: 1 offloads the weights to host memory, which
 	// the checkpoint carries; 2 drops them, and the wake reloads them.
 	SleepLevel int `json:"sleep_level,omitempty"`
+	// ResumeGiven: the user chose the resume calls (--resume), and the
+	// preflight keeps them.
+	ResumeGiven bool `json:"-"`
 }
 
 // Names lists the known profiles.

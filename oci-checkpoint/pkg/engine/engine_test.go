@@ -125,10 +125,10 @@ func TestPreflightVLLM(t *testing.T) {
 			t.Errorf("%s: error %v, want %q", tc.name, err, tc.err)
 		}
 	}
-	// Other engines have nothing to check.
-	s, _ := Lookup("sglang", 0)
-	if f, err := (&Client{Base: "http://127.0.0.1:1"}).Preflight(context.Background(), s); err != nil || f.Version != "" {
-		t.Errorf("sglang: %+v %v", f, err)
+	// The generic profile has nothing to check.
+	g, _ := Lookup("generic", 1)
+	if f, err := (&Client{Base: "http://127.0.0.1:1"}).Preflight(context.Background(), g); err != nil || f.Version != "" {
+		t.Errorf("generic: %+v %v", f, err)
 	}
 }
 

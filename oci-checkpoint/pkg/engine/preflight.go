@@ -12,6 +12,9 @@ import (
 // annotations.
 type Facts struct {
 	Version string // e.g. "vllm 0.24.0"; "" when the engine does not say
+	// Resume, when not nil, replaces the profile's resume calls: what this
+	// engine, as it was started, needs to serve again after a restore.
+	Resume []Call
 }
 
 // Preflight checks, before anything is changed, that the engine serves what
@@ -20,7 +23,11 @@ type Facts struct {
 // A vLLM of several GPU processes must also share no GPU memory between
 // them (multigpu.go): cuda-checkpoint cannot checkpoint what they share.
 func (c *Client) Preflight(ctx context.Context, p Profile) (Facts, error) {
-	if p.Name != "vllm" {
+	switch p.Name {
+	case "sglang":
+		return c.sglangPreflight(ctx, p)
+	case "vllm":
+	default:
 		return Facts{}, nil
 	}
 	var f Facts

@@ -1,0 +1,284 @@
+#!/usr/bin/env bats
+# GPU: a real SGLang server (integrations/sglang/serve.py in the sglang-engine
+# image, the host's Python and torch and an SGLang site folder bound in)
+# checkpointed with `oci-checkpoint create --engine sglang` and restored with
+# a plain `nerdctl run`: the first restore from a dropped page cache, a
+# cached one beside it, one onto another GPU where the host has two. Each
+# must give the same greedy tokens for one prompt and for four prompts sent
+# one by one, keep the container's processes and /dev/shm, and load, capture
+# and compile nothing again: the wake resumes SGLang's memory and reloads the
+# weights from the model folder (update_weights_from_disk).
+#
+# Runs on a GPU host (tests/gpu/run.sh); everywhere else every test skips and
+# says why. The containers have their own network namespace with only
+# loopback (--network none); the tests reach them inside it.
+#
+#   REKINDLE_SGLANG_SITE   host folder holding SGLang (integrations/sglang/wheels.sh;
+#                          default /var/tmp/sglang-site)
+#   REKINDLE_SGLANG_MODEL  model folder (default /var/tmp/rekindle-vllm-model, which
+#                          510-vllm.bats shares; made by tests/gpu/make-model.py when absent)
+#   REKINDLE_SGLANG_ARGS   more launch_server flags (default: --context-length 2048
+#                          --mem-fraction-static 0.4 --cuda-graph-max-bs 8)
+#   REKINDLE_PYTHON        host interpreter with torch (default python3)
+
+load helpers
+
+SGLANG_IMAGE=rekindle.local/sglang-engine:latest
+SITE=${REKINDLE_SGLANG_SITE:-/var/tmp/sglang-site}
+MODEL=${REKINDLE_SGLANG_MODEL:-/var/tmp/rekindle-vllm-model}
+SARGS=${REKINDLE_SGLANG_ARGS:---context-length 2048 --mem-fraction-static 0.4 --cuda-graph-max-bs 8}
+HOST_PY=${REKINDLE_PYTHON:-python3}
+PORT=30000
+PROMPTS=("Rekindle restores warm GPU engines in seconds." "def main():" "import os, sys" "class Engine:" "    return self")
+
+teardown_file() {
+	[ ! -f "$BATS_FILE_TMPDIR/stack-up" ] || RK_DIR=$BATS_FILE_TMPDIR/rk stack_down
+}
+
+teardown() {
+	[ -f "$BATS_FILE_TMPDIR/stack-up" ] || return 0
+	local c RK_DIR=$BATS_FILE_TMPDIR/rk
+	for c in $(cat "$BATS_TEST_TMPDIR/containers" 2>/dev/null); do
+		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$c" >>"$BATS_FILE_TMPDIR/$c.log" 2>&1 || true
+		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rm -f "$c" >/dev/null 2>&1 || true
+	done
+	for c in $(cat "$BATS_TEST_TMPDIR/images" 2>/dev/null); do
+		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rmi -f "$c" >/dev/null 2>&1 || true
+	done
+}
+
+say() {
+	echo "# $*" >&3
+}
+
+skip_if_no_sglang() {
+	skip_if_no_gpu
+	compgen -G '/etc/cdi/*.yaml' >/dev/null || compgen -G '/var/run/cdi/*.yaml' >/dev/null ||
+		skip "no CDI spec for nvidia.com/gpu in /etc/cdi (tests/gpu/run.sh makes one)"
+	[ -d "$SITE/sglang" ] ||
+		skip "no SGLang in $SITE: install SGLang 0.5.17 there (integrations/sglang/wheels.sh; images/README.md, SGLang engine) or set REKINDLE_SGLANG_SITE"
+}
+
+# sglang_setup: once per file: the stack, the image, the model, and the flags
+# that bind the host's Python and the SGLang site into the container.
+sglang_setup() {
+	export RK_DIR=$BATS_FILE_TMPDIR/rk
+	if [ ! -f "$BATS_FILE_TMPDIR/stack-up" ]; then
+		stack_up
+		touch "$BATS_FILE_TMPDIR/stack-up"
+		local tar
+		for tar in "$IMAGES/sglang-engine.tar" "$BIN/../images/sglang-engine.tar"; do
+			[ -f "$tar" ] && break
+		done
+		[ -f "$tar" ] || die "sglang-engine.tar is in neither $IMAGES nor $BIN/../images: run 'make build/images/sglang-engine.tar'"
+		run_nerdctl load -i "$tar"
+		[ -f "$MODEL/config.json" ] || run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" "$MODEL"
+		PYTHONPATH=$SITE "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
+			>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
+		grep -q -- "--volume=$SITE:$SITE:" "$BATS_FILE_TMPDIR/pyflags" ||
+			die "host-python.sh does not bind $SITE: $(cat "$BATS_FILE_TMPDIR/pyflags")"
+		say "SGLang $(sed -n 's/^Version: //p' "$SITE"/sglang-*.dist-info/METADATA) from $SITE, model $MODEL"
+	fi
+	mapfile -t PYFLAGS <"$BATS_FILE_TMPDIR/pyflags"
+}
+
+# run_sglang NAME IMAGE [FLAGS...]: nerdctl run -d on the GPUs in SGLANG_GPUS
+# (default 0), own network namespace, the host's Python, the SGLang site and
+# the model bound in; RUN_STATUS is the exit status expected (default 0).
+run_sglang() {
+	local name=$1 image=$2
+	shift 2
+	echo "$name" >>"$BATS_TEST_TMPDIR/containers"
+	local g devs=()
+	for g in ${SGLANG_GPUS:-0}; do devs+=(--device "nvidia.com/gpu=$g"); done
+	run_nerdctl "${RUN_STATUS:-0}" run -d --name "$name" "${devs[@]}" --network none --shm-size 1g \
+		"${PYFLAGS[@]}" --volume="$MODEL:/models/model:ro" --env="ENGINE_SGLANG_ARGS=$SARGS" "$@" "$image"
+}
+
+# s NAME METHOD PATH [JSON]: one HTTP call to the server in container NAME,
+# made inside its network namespace.
+s() {
+	local name=$1 method=$2 path=$3 body=${4:-} pid
+	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$name") || return 1
+	if [ -n "$body" ]; then
+		nsenter -t "$pid" -n curl -fsS --max-time 120 -X "$method" -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$PORT$path"
+	else
+		nsenter -t "$pid" -n curl -fsS --max-time 120 -X "$method" "http://127.0.0.1:$PORT$path"
+	fi
+}
+
+# body PROMPT [N]: a greedy /generate request of N tokens (default 32).
+body() {
+	jq -cn --arg t "$1" --argjson n "${2:-32}" \
+		'{text: $t, sampling_params: {max_new_tokens: $n, temperature: 0, ignore_eos: true}}'
+}
+
+# tokens NAME: the greedy output ids of each prompt, sent one at a time
+# (a batch's shapes differ from call to call, and with random weights' flat
+# logits a near tie can flip).
+tokens() {
+	local p answer ids=()
+	for p in "${PROMPTS[@]}"; do
+		answer=$(s "$1" POST /generate "$(body "$p")") || return 1
+		ids+=("$(jq -ce '.output_ids' <<<"$answer")") || return 1
+	done
+	jq -sc . <<<"${ids[*]}"
+}
+
+# inside NAME: what the tests compare before and after: each process's pid
+# and command line, and /dev/shm.
+inside() {
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" sh -c '
+		for p in /proc/[0-9]*; do
+			n=${p#/proc/}; [ "$n" = $$ ] && continue
+			c=$(tr "\0" " " <"$p/cmdline" 2>/dev/null | cut -c1-60); [ -n "$c" ] || continue
+			case "$c" in "sh -c"* | "tr "* | "cut "* | "ls "* | "sort "*) continue ;; esac
+			echo "pid $n $c"
+		done | sort -n -k2
+		echo "shm $(ls /dev/shm | sort | tr "\n" " ")"'
+}
+
+secs_since() {
+	awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'
+}
+
+# wake_status NAME: the wake helper's record in container NAME, once it
+# holds an outcome.
+wake_status() {
+	wait_for "the wake helper in $1 to record its outcome" 300 \
+		sh -c "'$REKINDLE_ROOT/scripts/nerdctl.sh' '$RK_DIR' exec '$1' cat /.rekindle/status | grep -q outcome"
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" cat /.rekindle/status
+}
+
+# restored_line: containerd's phase times of the last restore.
+restored_line() {
+	grep -o 'restored from checkpoint image [^"]*' "$RK_DIR/containerd.log" | tail -1
+}
+
+# restore NAME IMAGE [FLAGS...]: nerdctl run IMAGE, wait for the wake helper's
+# outcome and the first token; prints the times.
+restore() {
+	local name=$1 image=$2 t pid ft st
+	shift 2
+	t=$EPOCHREALTIME
+	run_sglang "$name" "$image" "$@"
+	local run_s
+	run_s=$(secs_since "$t")
+	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$name")
+	ft=$(nsenter -t "$pid" -n "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/first-token.py" "$PORT" "$t" \
+		"$(body "${PROMPTS[0]}" 1)" "/proc/$pid/root/.rekindle/status") || die "$name: no first token after the restore"
+	st=$(wake_status "$name")
+	is "$(jq -r .outcome <<<"$st")" resumed "wake outcome in $name (/.rekindle/status: $st)"
+	is "$(jq -r '[.calls[].call] | join(" | ")' <<<"$st")" \
+		'POST /resume_memory_occupation {} | POST /update_weights_from_disk {"model_path":"/models/model"}' \
+		"$name: the wake resumed SGLang's memory and reloaded the model"
+	[ "$(jq -c .token_ids <<<"$ft")" != null ] || die "$name: no token after the restore: $ft"
+	say "$name: nerdctl run ${run_s}s, resumed after $(jq -r .awake_s <<<"$ft")s (resume $(jq -r .resume_seconds <<<"$st")s), to first token $(jq -r .token_s <<<"$ft")s (its request $(jq -r .request_s <<<"$ft")s); $(restored_line)"
+}
+
+# same_as_before NAME: the restored server NAME answers and holds what the
+# cold one did, and logged no cold-start work.
+same_as_before() {
+	local name=$1
+	is "$(tokens "$name")" "$(cat "$BATS_FILE_TMPDIR/tokens")" "$name: greedy tokens of five prompts, one by one"
+	is "$(inside "$name")" "$(cat "$BATS_FILE_TMPDIR/inside")" "$name: the same processes (pids, command lines) and /dev/shm"
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$name" >"$BATS_TEST_TMPDIR/$name.log" 2>&1
+	is "$("$HOST_PY" "$REKINDLE_ROOT/integrations/sglang/serve.py" phases "$BATS_TEST_TMPDIR/$name.log" | jq -r .cold_lines)" 0 \
+		"$name: SGLang logged no weight load, graph capture or compilation after the restore"
+}
+
+# bats test_tags=gpu
+@test "sglang: cold start, checkpoint, restore with nerdctl run (first from a dropped page cache, cached beside it, on another GPU), same tokens, nothing loaded or captured again" {
+	skip_if_no_sglang
+	sglang_setup
+	local t
+	t=$EPOCHREALTIME
+	run_sglang sglang-cold "$SGLANG_IMAGE"
+	wait_for "SGLang to serve" 900 s sglang-cold POST /generate "$(body "${PROMPTS[0]}" 1)"
+	local cold
+	cold=$(secs_since "$t")
+	tokens sglang-cold >"$BATS_FILE_TMPDIR/tokens" || die "no tokens from the cold server"
+	inside sglang-cold >"$BATS_FILE_TMPDIR/inside"
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs sglang-cold >"$BATS_TEST_TMPDIR/cold.log" 2>&1
+	local ph
+	ph=$("$HOST_PY" "$REKINDLE_ROOT/integrations/sglang/serve.py" phases "$BATS_TEST_TMPDIR/cold.log")
+	say "cold start: nerdctl run -> first token ${cold}s; SGLang's log: $ph"
+	[ "$(jq -r .cold_lines <<<"$ph")" -gt 0 ] || die "SGLang logged no weight load or graph capture at its cold start: the test could not see one after a restore"
+	say "in the container: $(tr '\n' '|' <"$BATS_FILE_TMPDIR/inside")"
+
+	local image=rekindle.local/ckpt:sglang
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	t=$EPOCHREALTIME
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang sglang-cold "$image"
+	say "$(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
+	local info=$output
+	say "checkpoint image: $(($(jq -r .layer_size <<<"$info") >> 20)) MiB"
+	is "$(jq -r '.annotations."org.rekindle.engine.version"' <<<"$info")" \
+		"sglang $(sed -n 's/^Version: //p' "$SITE"/sglang-*.dist-info/METADATA)" "the image records SGLang's version"
+	run_nerdctl rm -f sglang-cold
+
+	# The first restore: the layer and the model out of the page cache.
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	restore sglang-r1 "$image"
+	logged "restore"
+	same_as_before sglang-r1
+	# A second beside the first: the extracted checkpoint is cached.
+	restore sglang-r2 "$image"
+	same_as_before sglang-r2
+	is "$(tokens sglang-r1)" "$(cat "$BATS_FILE_TMPDIR/tokens")" "sglang-r1 still answers the same beside sglang-r2"
+	run_nerdctl rm -f sglang-r1 sglang-r2
+	local n
+	n=$(nvidia-smi -L | wc -l)
+	if [ "$n" -ge 2 ]; then
+		SGLANG_GPUS=1 restore sglang-g1 "$image"
+		same_as_before sglang-g1
+	else
+		say "one GPU here: the restore onto another GPU was not run"
+	fi
+}
+
+# bats test_tags=gpu
+@test "sglang: a server without the memory saver is refused before anything changes, and keeps serving" {
+	skip_if_no_sglang
+	sglang_setup
+	run_sglang sglang-nosaver "$SGLANG_IMAGE" --env=ENGINE_SGLANG_MEMORY_SAVER=0 \
+		--env="ENGINE_SGLANG_ARGS=$SARGS --disable-cuda-graph"
+	wait_for "SGLang without the memory saver to serve" 900 s sglang-nosaver POST /generate "$(body "${PROMPTS[0]}" 1)"
+	local before
+	before=$(s sglang-nosaver POST /generate "$(body "${PROMPTS[0]}")" | jq -c .output_ids)
+	echo rekindle.local/ckpt:sglang-nosaver >>"$BATS_TEST_TMPDIR/images"
+	ocicp 1 --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang sglang-nosaver rekindle.local/ckpt:sglang-nosaver
+	is "$output" "~started without --enable-memory-saver.*start it with --enable-memory-saver" "the error names the flag that fixes it"
+	is "$output" "~nothing was changed, the engine is left running" "the error says the engine was left alone"
+	run_nerdctl 1 image inspect rekindle.local/ckpt:sglang-nosaver
+	is "$(s sglang-nosaver POST /generate "$(body "${PROMPTS[0]}")" | jq -c .output_ids)" "$before" "it still serves the same tokens"
+}
+
+# bats test_tags=gpu
+@test "sglang: a restore onto a host whose SGLang differs fails, naming the file that differs, and leaves nothing running" {
+	skip_if_no_sglang
+	sglang_setup
+	run_sglang sglang-src "$SGLANG_IMAGE" --env="ENGINE_SGLANG_ARGS=$SARGS --disable-cuda-graph"
+	wait_for "SGLang to serve" 900 s sglang-src POST /generate "$(body "${PROMPTS[0]}" 1)"
+	local image=rekindle.local/ckpt:sglang-other
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang sglang-src "$image"
+	run_nerdctl rm -f sglang-src
+	# Another SGLang build at the same path: the site hard-linked, one
+	# extension module the scheduler maps rewritten one byte longer.
+	local other=$BATS_FILE_TMPDIR/other-site so=sgl_kernel/sm90/common_ops.abi3.so
+	cp -al "$SITE" "$other"
+	rm "$other/$so" && cp "$SITE/$so" "$other/$so" && printf "\0" >>"$other/$so" || die "cannot make the other SGLang build"
+	mapfile -t PYFLAGS < <(sed "s|^--volume=$SITE:$SITE:|--volume=$other:$SITE:|" "$BATS_FILE_TMPDIR/pyflags")
+	echo sglang-other >>"$BATS_TEST_TMPDIR/containers"
+	run_nerdctl '?' run -d --name sglang-other --device nvidia.com/gpu=0 --network none --shm-size 1g \
+		"${PYFLAGS[@]}" --volume="$MODEL:/models/model:ro" "$image"
+	say "restore with another $so: exit $status: $(tail -1 <<<"$output")"
+	[ "$status" -ne 0 ] || die "the restore onto another SGLang succeeded"
+	is "$output" "~CRIU: File ${SITE#/}/$so has bad size" "the error names the file that differs"
+	run_nerdctl '?' inspect -f '{{.State.Running}}' sglang-other
+	[ "$output" != true ] || die "a container runs after the failed restore"
+	rm -rf "$other"
+}
