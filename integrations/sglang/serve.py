@@ -14,7 +14,8 @@ detokenizer) import the same packages.
 Environment: MODEL_PATH (/models/model), ENGINE_HOST (0.0.0.0), ENGINE_PORT
 (30000), ENGINE_SGLANG_ARGS (more flags, split on spaces),
 ENGINE_SGLANG_MEMORY_SAVER (1; 0 leaves --enable-memory-saver out, to test the
-checkpoint's refusal). With tensor or pipeline parallel > 1 it sets what a
+checkpoint's refusal). The kernels SGLang compiles at run time come built
+from the site folder (prebuild-kernels.sh): the container has no nvcc. With tensor or pipeline parallel > 1 it sets what a
 multi-GPU checkpoint needs (multi_gpu below, docs/multi-gpu.md).
 
 `serve.py phases LOG` reads an SGLang server's log and prints its cold-start
@@ -104,6 +105,29 @@ def multi_gpu(args, env):
 DEFAULTS = [("--attention-backend", "triton"), ("--sampling-backend", "pytorch")]
 
 
+def without_saver_preload(env):
+    """launch.sh preloads torch_memory_saver's hook into this process (it also
+    puts the libcudart the hook needs on the library path); SGLang adds the
+    hook to its schedulers' LD_PRELOAD itself and refuses it twice."""
+    kept = [p for p in env.get("LD_PRELOAD", "").split(":") if p and "torch_memory_saver" not in os.path.basename(p)]
+    if kept:
+        env["LD_PRELOAD"] = ":".join(kept)
+    else:
+        env.pop("LD_PRELOAD", None)
+
+
+def prebuilt_kernels(env):
+    """SGLang's tvm-ffi kernels that prebuild-kernels.sh built into a site
+    folder on the host: the container has no CUDA compiler to build them."""
+    if "TVM_FFI_CACHE_DIR" in env:
+        return
+    for d in env.get("ENGINE_SITE", "").split(":"):
+        cache = os.path.join(d, ".cache", "tvm-ffi") if d else ""
+        if cache and os.path.isdir(cache):
+            env["TVM_FFI_CACHE_DIR"] = cache
+            return
+
+
 def command(model, args, env):
     """SGLang's launch_server arguments for this container."""
     argv = ["--model-path", model, "--host", env.get("ENGINE_HOST", "0.0.0.0"),
@@ -127,6 +151,8 @@ def serve(args):
     user, note = multi_gpu(os.environ.get("ENGINE_SGLANG_ARGS", "").split() + list(args), os.environ)
     if note:
         print(note, file=sys.stderr, flush=True)
+    without_saver_preload(os.environ)
+    prebuilt_kernels(os.environ)
     try:
         import sglang  # noqa: F401
     except ImportError as e:

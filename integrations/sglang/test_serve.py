@@ -33,6 +33,29 @@ class Command(unittest.TestCase):
         self.assertNotIn("--enable-memory-saver", serve.command("/m", [], {"ENGINE_SGLANG_MEMORY_SAVER": "0"}))
 
 
+class Preload(unittest.TestCase):
+    def test_the_saver_hook_is_left_to_sglang(self):
+        env = {"LD_PRELOAD": "/s/torch_memory_saver_hook_mode_preload_cu13.abi3.so:/x/libother.so"}
+        serve.without_saver_preload(env)
+        self.assertEqual(env["LD_PRELOAD"], "/x/libother.so")
+        env = {"LD_PRELOAD": "/s/torch_memory_saver_hook_mode_preload_cu13.abi3.so"}
+        serve.without_saver_preload(env)
+        self.assertNotIn("LD_PRELOAD", env)
+
+
+class Kernels(unittest.TestCase):
+    def test_the_sites_prebuilt_kernels_are_named(self):
+        import tempfile
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, ".cache", "tvm-ffi"))
+            env = {"ENGINE_SITE": "/nowhere:" + d}
+            serve.prebuilt_kernels(env)
+            self.assertEqual(env["TVM_FFI_CACHE_DIR"], os.path.join(d, ".cache", "tvm-ffi"))
+            env = {"ENGINE_SITE": d, "TVM_FFI_CACHE_DIR": "/mine"}
+            serve.prebuilt_kernels(env)
+            self.assertEqual(env["TVM_FFI_CACHE_DIR"], "/mine")
+
+
 class MultiGPU(unittest.TestCase):
     def test_one_gpu_changes_nothing(self):
         env = {}

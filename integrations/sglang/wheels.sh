@@ -20,6 +20,8 @@
 #   cat sglang-site.tar.xz.* >sglang-site.tar.xz && sha256sum -c sglang-site.sha256
 #   mkdir -p /var/tmp/sglang-site && tar -xJf sglang-site.tar.xz -C /var/tmp/sglang-site
 # A host with network needs none of this: pip install --target /var/tmp/sglang-site sglang==0.5.17
+# Either way, then build on the host what SGLang compiles at run time:
+#   integrations/sglang/prebuild-kernels.sh /var/tmp/sglang-site MODEL
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 dir=$(realpath -m "${1:?usage: $0 DIR}")

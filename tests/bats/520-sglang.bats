@@ -73,6 +73,9 @@ sglang_setup() {
 		[ -f "$tar" ] || die "sglang-engine.tar is in neither $IMAGES nor $BIN/../images: run 'make build/images/sglang-engine.tar'"
 		run_nerdctl load -i "$tar"
 		[ -f "$MODEL/config.json" ] || run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" "$MODEL"
+		# The kernels SGLang compiles at run time, built on the host.
+		run_cmd "$REKINDLE_ROOT/integrations/sglang/prebuild-kernels.sh" "$SITE" "$MODEL" "$HOST_PY"
+		say "$(tail -1 <<<"$output")"
 		PYTHONPATH=$SITE "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
 			>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
 		grep -q -- "--volume=$SITE:$SITE:" "$BATS_FILE_TMPDIR/pyflags" ||
@@ -107,6 +110,20 @@ s() {
 	fi
 }
 
+# serving NAME SECS: wait until the server in container NAME answers a
+# one-token request; fails at once, with its log's end, if the container
+# exits first.
+serving() {
+	local i
+	for ((i = 0; i < $2 * 2; i++)); do
+		s "$1" POST /generate "$(body "${PROMPTS[0]}" 1)" >/dev/null 2>&1 && return 0
+		[ "$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Running}}' "$1" 2>/dev/null)" = true ] ||
+			die "$1 exited before it served: $("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$1" 2>&1 | tail -15)"
+		sleep 0.5
+	done
+	die "$1 did not serve within $2 s"
+}
+
 # body PROMPT [N]: a greedy /generate request of N tokens (default 32).
 body() {
 	jq -cn --arg t "$1" --argjson n "${2:-32}" \
@@ -114,11 +131,14 @@ body() {
 }
 
 # tokens NAME: the greedy output ids of each prompt, sent one at a time
-# (a batch's shapes differ from call to call, and with random weights' flat
-# logits a near tie can flip).
+# after a flush of the prefix cache: a batch's shapes differ from call to
+# call, so does a prefill that starts from cached tokens, and with random
+# weights' flat logits a near tie then flips (seen: a restored server's
+# second pass over the prompts).
 tokens() {
 	local p answer ids=()
 	for p in "${PROMPTS[@]}"; do
+		s "$1" POST /flush_cache >/dev/null || return 1
 		answer=$(s "$1" POST /generate "$(body "$p")") || return 1
 		ids+=("$(jq -ce '.output_ids' <<<"$answer")") || return 1
 	done
@@ -194,7 +214,7 @@ same_as_before() {
 	local t
 	t=$EPOCHREALTIME
 	run_sglang sglang-cold "$SGLANG_IMAGE"
-	wait_for "SGLang to serve" 900 s sglang-cold POST /generate "$(body "${PROMPTS[0]}" 1)"
+	serving sglang-cold 900
 	local cold
 	cold=$(secs_since "$t")
 	tokens sglang-cold >"$BATS_FILE_TMPDIR/tokens" || die "no tokens from the cold server"
@@ -245,15 +265,15 @@ same_as_before() {
 	sglang_setup
 	run_sglang sglang-nosaver "$SGLANG_IMAGE" --env=ENGINE_SGLANG_MEMORY_SAVER=0 \
 		--env="ENGINE_SGLANG_ARGS=$SARGS --disable-cuda-graph"
-	wait_for "SGLang without the memory saver to serve" 900 s sglang-nosaver POST /generate "$(body "${PROMPTS[0]}" 1)"
+	serving sglang-nosaver 900
 	local before
-	before=$(s sglang-nosaver POST /generate "$(body "${PROMPTS[0]}")" | jq -c .output_ids)
+	before=$(tokens sglang-nosaver)
 	echo rekindle.local/ckpt:sglang-nosaver >>"$BATS_TEST_TMPDIR/images"
 	ocicp 1 --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang sglang-nosaver rekindle.local/ckpt:sglang-nosaver
 	is "$output" "~started without --enable-memory-saver.*start it with --enable-memory-saver" "the error names the flag that fixes it"
 	is "$output" "~nothing was changed, the engine is left running" "the error says the engine was left alone"
 	run_nerdctl 1 image inspect rekindle.local/ckpt:sglang-nosaver
-	is "$(s sglang-nosaver POST /generate "$(body "${PROMPTS[0]}")" | jq -c .output_ids)" "$before" "it still serves the same tokens"
+	is "$(tokens sglang-nosaver)" "$before" "it still serves the same tokens"
 }
 
 # bats test_tags=gpu
@@ -261,7 +281,7 @@ same_as_before() {
 	skip_if_no_sglang
 	sglang_setup
 	run_sglang sglang-src "$SGLANG_IMAGE" --env="ENGINE_SGLANG_ARGS=$SARGS --disable-cuda-graph"
-	wait_for "SGLang to serve" 900 s sglang-src POST /generate "$(body "${PROMPTS[0]}" 1)"
+	serving sglang-src 900
 	local image=rekindle.local/ckpt:sglang-other
 	echo "$image" >>"$BATS_TEST_TMPDIR/images"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang sglang-src "$image"
