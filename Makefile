@@ -70,6 +70,7 @@ BUILD_EXTRA += $(BIN)/cuda-checkpoint
 UNIT_TESTS += test-cuda-checkpoint
 -include oci-checkpoint/oci-checkpoint.mk
 -include docs/diagram/diagram.mk
+-include bench/bench.mk
 
 build: stack $(BUILD_EXTRA) ## build the whole stack, our tools and the images into build/
 stack: $(STACK)

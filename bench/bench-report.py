@@ -1,5 +1,6 @@
 #!/usr/bin/python3
 """bench-report.py RESULT.json [--png CHART.png] [--markdown TABLE.md]
+   bench-report.py --runs bench/results.json --page docs/benchmarks.md --svg docs/results.svg [--check]
 
 Reads the raw result that bench/bench.sh (or gpu-bench.sh) wrote, derives
 each run's phases, the medians and spread over the repetitions, the floors
@@ -17,6 +18,11 @@ Phases of a run, in seconds from the `nerdctl run` call (t0):
            and CRIU restore (its "restored from checkpoint image" line), start,
            network (-> the wake helper woke), wake + resume (/.rekindle/status
            woke_at -> done_at), first token (-> first /generate answer)
+
+With --runs: the results page instead (results_page.py): the table of the
+newest run of each engine and size into the page, between its markers, and
+the chart of their times to the first token; --check changes nothing and
+fails when either differs from what it would write (make test-bench-page).
 
 With "replicas" in the result (BENCH_REPLICAS > 1): N replicas restored at
 once against one, first and cached, each replica's phases as a restore's
@@ -489,12 +495,54 @@ def chart(r, path):
     plt.close(fig)
 
 
+def results_page(a):
+    import os
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import results_page as rp
+    runs = rp.load(a.runs)
+    with open(a.page) as f:
+        text = f.read()
+    history = os.path.join(os.path.dirname(a.page), "benchmarks-history.md")
+    with open(history) as f:
+        gone = rp.missing_anchors(runs, f.read())
+    if gone:
+        sys.exit(f"bench-report.py: {a.runs} names sections {history} does not have: {gone}")
+    want = {a.page: rp.page(text, runs), a.svg: rp.svg(runs)}
+    stale = []
+    for path, body in want.items():
+        try:
+            with open(path) as f:
+                same = f.read() == body
+        except FileNotFoundError:
+            same = False
+        if same:
+            continue
+        if a.check:
+            stale.append(path)
+            continue
+        with open(path + ".tmp", "w") as f:
+            f.write(body)
+        os.replace(path + ".tmp", path)
+        print(f"bench-report.py: wrote {path}")
+    if stale:
+        sys.exit(f"bench-report.py: {', '.join(stale)} differ from {a.runs}: run 'make bench-page'")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("result")
+    ap.add_argument("result", nargs="?")
     ap.add_argument("--png")
     ap.add_argument("--markdown")
+    ap.add_argument("--runs", help="bench/results.json: render the results page from it")
+    ap.add_argument("--page", default="docs/benchmarks.md")
+    ap.add_argument("--svg", default="docs/results.svg")
+    ap.add_argument("--check", action="store_true")
     a = ap.parse_args()
+    if a.runs:
+        results_page(a)
+        return
+    if not a.result:
+        ap.error("give RESULT.json, or --runs")
     with open(a.result) as f:
         r = json.load(f)
     summarize(r)
