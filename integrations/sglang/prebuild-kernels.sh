@@ -9,18 +9,21 @@
 #     in TVM_FFI_CACHE_DIR
 # It starts SGLang on the host once (nvcc from the CUDA toolkit, /usr/local/cuda
 # or CUDA_HOME), asks for a few tokens, and stops it. Run it for each model
-# shape the host serves; SITE/.cache/prebuilt/ records the shapes done, and a
-# second run for one of them does nothing.
+# shape the host serves, and for each parallel layout (PREBUILD_ARGS: more
+# launch_server flags, e.g. "--tp-size 2": each rank's kernels take its share
+# of the heads); SITE/.cache/prebuilt/ records what was done, and a second run
+# for the same model shape and flags does nothing.
 set -euo pipefail
 site=$(realpath "${1:?usage: $0 SITE MODEL [PYTHON]}")
 model=$(realpath "${2:?usage: $0 SITE MODEL [PYTHON]}")
 py=${3:-python3}
 [ -f "$model/config.json" ] || { echo "prebuild-kernels.sh: no config.json in $model" >&2; exit 1; }
 [ -d "$site/sglang" ] || { echo "prebuild-kernels.sh: no SGLang in $site (integrations/sglang/wheels.sh)" >&2; exit 1; }
-shape=$(sha256sum <"$model/config.json" | cut -c1-16)
+extra=${PREBUILD_ARGS:-}
+shape=$( (cat "$model/config.json"; echo "$extra") | sha256sum | cut -c1-16)
 mark=$site/.cache/prebuilt/$shape
 if [ -f "$mark" ]; then
-	echo "prebuild-kernels.sh: kernels for $model's shape ($shape) are built already"
+	echo "prebuild-kernels.sh: kernels for $model's shape${extra:+ with $extra} ($shape) are built already"
 	exit 0
 fi
 work=$(mktemp -d)
@@ -36,7 +39,7 @@ echo "prebuild-kernels.sh: starting SGLang on $model to build its kernels (a few
 FLASHINFER_WORKSPACE_BASE=$work TVM_FFI_CACHE_DIR=$site/.cache/tvm-ffi PYTHONPATH=$site \
 	setsid "$py" -m sglang.launch_server --model-path "$model" --host 127.0.0.1 --port "$port" \
 	--enable-memory-saver --attention-backend triton --sampling-backend pytorch \
-	--context-length 2048 --mem-fraction-static 0.3 --cuda-graph-max-bs 8 >"$work/sglang.log" 2>&1 &
+	--context-length 2048 --mem-fraction-static 0.3 --cuda-graph-max-bs 8 $extra >"$work/sglang.log" 2>&1 &
 pgid=$!
 ok=
 for _ in $(seq 1 900); do
@@ -62,5 +65,5 @@ while IFS= read -r -d '' so; do
 	install -D -m 0644 "$so" "$site/flashinfer/data/aot/$name/$name.so"
 	n=$((n + 1))
 done < <(find "$work" -path '*cached_ops*' -name '*.so' -print0)
-echo "$model" >"$mark"
+echo "$model $extra" >"$mark"
 echo "prebuild-kernels.sh: built $n flashinfer module(s) and $(ls "$site/.cache/tvm-ffi" | wc -l) tvm-ffi kernel(s) into $site"

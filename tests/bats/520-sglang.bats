@@ -19,6 +19,8 @@
 #                          510-vllm.bats shares; made by tests/gpu/make-model.py when absent)
 #   REKINDLE_SGLANG_ARGS   more launch_server flags (default: --context-length 2048
 #                          --mem-fraction-static 0.4 --cuda-graph-max-bs 8)
+#   REKINDLE_SGLANG_BIG_SHAPE  the real-size model's shape (make-model.py --shape; default qwen3-8b, 16.4 GB)
+#   REKINDLE_SGLANG_BIG_MODEL  its folder (default /var/tmp/rekindle-vllm-SHAPE, which 510 shares; made when absent)
 #   REKINDLE_PYTHON        host interpreter with torch (default python3)
 
 load helpers
@@ -28,6 +30,8 @@ SITE=${REKINDLE_SGLANG_SITE:-/var/tmp/sglang-site}
 MODEL=${REKINDLE_SGLANG_MODEL:-/var/tmp/rekindle-vllm-model}
 SARGS=${REKINDLE_SGLANG_ARGS:---context-length 2048 --mem-fraction-static 0.4 --cuda-graph-max-bs 8}
 HOST_PY=${REKINDLE_PYTHON:-python3}
+BIG_SHAPE=${REKINDLE_SGLANG_BIG_SHAPE:-qwen3-8b}
+BIG_MODEL=${REKINDLE_SGLANG_BIG_MODEL:-/var/tmp/rekindle-vllm-$BIG_SHAPE}
 PORT=30000
 PROMPTS=("Rekindle restores warm GPU engines in seconds." "def main():" "import os, sys" "class Engine:" "    return self")
 
@@ -73,9 +77,7 @@ sglang_setup() {
 		[ -f "$tar" ] || die "sglang-engine.tar is in neither $IMAGES nor $BIN/../images: run 'make build/images/sglang-engine.tar'"
 		run_nerdctl load -i "$tar"
 		[ -f "$MODEL/config.json" ] || run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" "$MODEL"
-		# The kernels SGLang compiles at run time, built on the host.
-		run_cmd "$REKINDLE_ROOT/integrations/sglang/prebuild-kernels.sh" "$SITE" "$MODEL" "$HOST_PY"
-		say "$(tail -1 <<<"$output")"
+		prebuild "$MODEL"
 		PYTHONPATH=$SITE "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
 			>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
 		grep -q -- "--volume=$SITE:$SITE:" "$BATS_FILE_TMPDIR/pyflags" ||
@@ -85,9 +87,17 @@ sglang_setup() {
 	mapfile -t PYFLAGS <"$BATS_FILE_TMPDIR/pyflags"
 }
 
+# prebuild MODEL [FLAGS]: the kernels SGLang compiles at run time for MODEL
+# (and launch_server FLAGS), built on the host (prebuild-kernels.sh).
+prebuild() {
+	PREBUILD_ARGS=${2:-} run_cmd "$REKINDLE_ROOT/integrations/sglang/prebuild-kernels.sh" "$SITE" "$1" "$HOST_PY"
+	say "$(tail -1 <<<"$output")"
+}
+
 # run_sglang NAME IMAGE [FLAGS...]: nerdctl run -d on the GPUs in SGLANG_GPUS
 # (default 0), own network namespace, the host's Python, the SGLang site and
-# the model bound in; RUN_STATUS is the exit status expected (default 0).
+# the model ($SMODEL, default $MODEL) bound in; RUN_STATUS is the exit status
+# expected (default 0).
 run_sglang() {
 	local name=$1 image=$2
 	shift 2
@@ -95,7 +105,7 @@ run_sglang() {
 	local g devs=()
 	for g in ${SGLANG_GPUS:-0}; do devs+=(--device "nvidia.com/gpu=$g"); done
 	run_nerdctl "${RUN_STATUS:-0}" run -d --name "$name" "${devs[@]}" --network none --shm-size 1g \
-		"${PYFLAGS[@]}" --volume="$MODEL:/models/model:ro" --env="ENGINE_SGLANG_ARGS=$SARGS" "$@" "$image"
+		"${PYFLAGS[@]}" --volume="${SMODEL:-$MODEL}:/models/model:ro" --env="ENGINE_SGLANG_ARGS=$SARGS" "$@" "$image"
 }
 
 # s NAME METHOD PATH [JSON]: one HTTP call to the server in container NAME,
@@ -301,4 +311,73 @@ same_as_before() {
 	run_nerdctl '?' inspect -f '{{.State.Running}}' sglang-other
 	[ "$output" != true ] || die "a container runs after the failed restore"
 	rm -rf "$other"
+}
+
+# cold_and_checkpoint NAME IMAGE [FLAGS...]: a cold start of the sglang-engine
+# image, its tokens and processes kept for same_as_before, then its checkpoint
+# as IMAGE and the container removed.
+cold_and_checkpoint() {
+	local name=$1 image=$2 t
+	shift 2
+	t=$EPOCHREALTIME
+	run_sglang "$name" "$SGLANG_IMAGE" "$@"
+	serving "$name" 900
+	say "$name: cold start, nerdctl run -> first token $(secs_since "$t")s"
+	tokens "$name" >"$BATS_FILE_TMPDIR/tokens" || die "no tokens from $name"
+	inside "$name" >"$BATS_FILE_TMPDIR/inside"
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	t=$EPOCHREALTIME
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang "$name" "$image"
+	say "$name: $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
+	say "$name: checkpoint image $(($(jq -r .layer_size <<<"$output") >> 20)) MiB, $(jq -r '.annotations."org.rekindle.gpu.count"' <<<"$output") GPU(s)"
+	run_nerdctl rm -f "$name"
+}
+
+# bats test_tags=gpu
+@test "sglang: tensor parallel 2 in one container: checkpoint, restore on the same GPUs and on another pair, same tokens" {
+	skip_if_no_sglang
+	local n
+	n=$(nvidia-smi -L | wc -l)
+	[ "$n" -ge 2 ] || skip "tensor parallel 2 needs 2 GPUs, this host has $n"
+	sglang_setup
+	prebuild "$MODEL" "--tp-size 2"
+	# serve.py sets the NCCL settings a checkpoint needs and drops SGLang's
+	# custom all-reduce (docs/multi-gpu.md); the preflight checks what
+	# /server_info shows of them.
+	SGLANG_GPUS="0 1" cold_and_checkpoint sglang-tp rekindle.local/ckpt:sglang-tp2 \
+		--env="ENGINE_SGLANG_ARGS=$SARGS --tp-size 2" --env=NCCL_DEBUG=INFO
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	SGLANG_GPUS="0 1" restore sglang-tp1 rekindle.local/ckpt:sglang-tp2
+	same_as_before sglang-tp1
+	run_nerdctl rm -f sglang-tp1
+	if [ "$n" -ge 4 ]; then
+		SGLANG_GPUS="2 3" restore sglang-tp23 rekindle.local/ckpt:sglang-tp2
+		same_as_before sglang-tp23
+	else
+		SGLANG_GPUS="1 0" restore sglang-tp10 rekindle.local/ckpt:sglang-tp2
+		same_as_before sglang-tp10
+		say "$n GPUs here: the restore onto another pair ran on the same pair swapped"
+	fi
+}
+
+# bats test_tags=gpu
+@test "sglang: a real-size model (Qwen3-8B shape): cold start, checkpoint, first and cached restore, same tokens" {
+	skip_if_no_sglang
+	local mib
+	mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
+	[ "$mib" -ge 40000 ] || skip "the $BIG_SHAPE model needs a GPU of 40 GB or more, this one has $mib MiB"
+	sglang_setup
+	[ -f "$BIG_MODEL/config.json" ] ||
+		run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" "$BIG_MODEL" --shape "$BIG_SHAPE"
+	prebuild "$BIG_MODEL"
+	SMODEL=$BIG_MODEL cold_and_checkpoint sglang-big rekindle.local/ckpt:sglang-big
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	SMODEL=$BIG_MODEL restore sglang-big1 rekindle.local/ckpt:sglang-big
+	SMODEL=$BIG_MODEL same_as_before sglang-big1
+	run_nerdctl rm -f sglang-big1
+	SMODEL=$BIG_MODEL restore sglang-big2 rekindle.local/ckpt:sglang-big
+	SMODEL=$BIG_MODEL same_as_before sglang-big2
 }
