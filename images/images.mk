@@ -67,7 +67,8 @@ $(CPU_ENGINE_IMAGE_TAR): $(BASE_IMAGE_TAR) $(IMAGES_OUT)/.params-cpu-engine \
 		ENGINE_WEIGHTS_MB=$(ENGINE_WEIGHTS_MB) $(IMAGES_SRC)/cpu-engine/build.sh $(BASE_IMAGE_TAR) $@
 
 GPU_ENGINE_FILES := $(addprefix $(IMAGES_SRC)/gpu-engine/,build.sh server.py hf_model.py launch.sh host-python.sh cc) \
-		$(IMAGES_SRC)/engine_http.py integrations/weights/rekindle_weights.py $(IMAGES_SRC)/lib.sh
+		$(IMAGES_SRC)/engine_http.py integrations/weights/rekindle_weights.py \
+		integrations/weights/rekindle_model_set.py $(IMAGES_SRC)/lib.sh
 
 $(GPU_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-gpu-engine $(GPU_ENGINE_FILES)
 	GPU_ENGINE_IMAGE_REF=$(GPU_ENGINE_IMAGE_REF) \
@@ -81,7 +82,8 @@ $(VLLM_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-vllm-engine $(GPU_ENGINE_FILES) 
 		integrations/vllm/rekindle_vllm.py integrations/vllm/rekindle_heap.py $(wildcard integrations/vllm/rekindle_vllm-1.0.dist-info/*)
 	GPU_ENGINE_BACKEND=vllm GPU_ENGINE_IMAGE_REF=$(VLLM_ENGINE_IMAGE_REF) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
-$(SGLANG_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-sglang-engine $(GPU_ENGINE_FILES) integrations/sglang/serve.py
+$(SGLANG_ENGINE_IMAGE_TAR): $(IMAGES_OUT)/.params-sglang-engine $(GPU_ENGINE_FILES) integrations/sglang/serve.py \
+		integrations/sglang/rekindle_sglang.py $(wildcard integrations/sglang/rekindle_sglang-1.0.dist-info/*)
 	GPU_ENGINE_BACKEND=sglang GPU_ENGINE_IMAGE_REF=$(SGLANG_ENGINE_IMAGE_REF) $(IMAGES_SRC)/gpu-engine/build.sh $@
 
 test-images: ## unit tests of the CPU and GPU reference engines (plain python3; torch and CUDA tests skip without them)

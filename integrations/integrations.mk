@@ -10,7 +10,7 @@ INTEGRATIONS_SRC := $(patsubst %/,%,$(dir $(lastword $(MAKEFILE_LIST))))
 UNIT_TESTS += test-integrations
 
 .PHONY: test-integrations
-test-integrations: ## unit tests of the weight set client, vLLM's serve.py and plugin, and SGLang's serve.py (plain python3)
+test-integrations: ## unit tests of the weight set client, and vLLM's and SGLang's serve.py and plugins (plain python3)
 	cd $(INTEGRATIONS_SRC)/weights && python3 -B -m unittest test_rekindle_weights
 	cd $(INTEGRATIONS_SRC)/vllm && python3 -B -m unittest test_serve test_rekindle_vllm test_rekindle_heap
-	cd $(INTEGRATIONS_SRC)/sglang && python3 -B -m unittest test_serve
+	cd $(INTEGRATIONS_SRC)/sglang && python3 -B -m unittest test_serve test_rekindle_sglang

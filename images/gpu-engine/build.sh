@@ -101,13 +101,17 @@ if [ "$backend" = sglang ]; then
 	# (integrations/sglang/serve.py), its memory saver on: launch.sh
 	# preloads torch_memory_saver's hook, as SGLang's schedulers want it.
 	install -m 0755 "$here/../../integrations/sglang/serve.py" "$root/engine/sglang_serve.py"
+	# The weight set loader, an SGLang plugin found by its entry point.
+	install -m 0644 "$here/../../integrations/sglang/rekindle_sglang.py" "$root/engine/rekindle_sglang.py"
+	install -D -m 0644 -t "$root/engine/rekindle_sglang-1.0.dist-info" "$here/../../integrations/sglang/rekindle_sglang-1.0.dist-info/"*
 	mkdir -p "$root/models/model"
 	desc="SGLang's server on the model bound at /models/model; runs the host's Python, PyTorch and SGLang"
 	extra_env+=(--config.env ENGINE_SERVER=/engine/sglang_serve.py --config.env MODEL_PATH=/models/model
 		--config.env HOME=/root)
 fi
 # The weight set client (integrations/weights/): server.py imports it from beside itself.
-install -m 0644 "$here/../../integrations/weights/rekindle_weights.py" "$root/engine/rekindle_weights.py"
+install -m 0644 -t "$root/engine" "$here/../../integrations/weights/rekindle_weights.py" \
+	"$here/../../integrations/weights/rekindle_model_set.py"
 find "$root" -exec touch -h -d "@$SOURCE_DATE_EPOCH" {} +
 layer_tar "$root" "$work/layer.tar"
 

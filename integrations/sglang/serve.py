@@ -14,7 +14,9 @@ detokenizer) import the same packages.
 Environment: MODEL_PATH (/models/model), ENGINE_HOST (0.0.0.0), ENGINE_PORT
 (30000), ENGINE_SGLANG_ARGS (more flags, split on spaces),
 ENGINE_SGLANG_MEMORY_SAVER (1; 0 leaves --enable-memory-saver out, to test the
-checkpoint's refusal). The kernels SGLang compiles at run time come built
+checkpoint's refusal), ENGINE_WEIGHT_SET (/rekindle/weights/NAME: weights from
+that weight set, through the rekindle_sglang plugin beside this file, at the
+start and at every wake). The kernels SGLang compiles at run time come built
 from the site folder (prebuild-kernels.sh): the container has no nvcc. With tensor or pipeline parallel > 1 it sets what a
 multi-GPU checkpoint needs (multi_gpu below, docs/multi-gpu.md).
 
@@ -32,7 +34,9 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def add_sites():
     before = list(sys.path)
-    sites = [d for d in os.environ.get("ENGINE_SITE", "").split(":") if d]
+    # HERE holds the rekindle_sglang plugin and its dist-info, which SGLang
+    # finds by entry point in each of its processes.
+    sites = [d for d in os.environ.get("ENGINE_SITE", "").split(":") if d] + [HERE]
     for d in sites:
         site.addsitedir(d)
     # The site's packages before the host's: SGLang pins its own transformers.

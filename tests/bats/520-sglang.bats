@@ -37,6 +37,7 @@ PROMPTS=("Rekindle restores warm GPU engines in seconds." "def main():" "import 
 
 teardown_file() {
 	[ ! -f "$BATS_FILE_TMPDIR/stack-up" ] || RK_DIR=$BATS_FILE_TMPDIR/rk stack_down
+	[ ! -d "$BATS_FILE_TMPDIR/weights" ] || WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights weights_down
 }
 
 teardown() {
@@ -362,22 +363,39 @@ cold_and_checkpoint() {
 	fi
 }
 
+# set_rate NAME: the last weight set read rekindle_sglang logged in container NAME.
+set_rate() {
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$1" 2>&1 | grep -o 'rekindle: weights from weight set.*' | tail -1
+}
+
 # bats test_tags=gpu
-@test "sglang: a real-size model (Qwen3-8B shape): cold start, checkpoint, first and cached restore, same tokens" {
+@test "sglang: a real-size model (Qwen3-8B shape), weights from a weight set: cold start, checkpoint, first and cached restore, same tokens" {
 	skip_if_no_sglang
-	local mib
+	local mib free
 	mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)
 	[ "$mib" -ge 40000 ] || skip "the $BIG_SHAPE model needs a GPU of 40 GB or more, this one has $mib MiB"
 	sglang_setup
-	[ -f "$BIG_MODEL/config.json" ] ||
+	if [ ! -f "$BIG_MODEL/config.json" ]; then
+		free=$(df -BG --output=avail "$(dirname "$BIG_MODEL")" | tail -1 | tr -dc 0-9)
+		[ "$free" -ge 24 ] || skip "making the $BIG_SHAPE model and its checkpoint wants 24 GB free in $(dirname "$BIG_MODEL"), $free GB are"
 		run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" "$BIG_MODEL" --shape "$BIG_SHAPE"
+	fi
 	prebuild "$BIG_MODEL"
-	SMODEL=$BIG_MODEL cold_and_checkpoint sglang-big rekindle.local/ckpt:sglang-big
+	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
+	export REKINDLE_WEIGHTS_SOCKET=$WEIGHTS_DIR/weights.sock NERDCTL_TOML=$WEIGHTS_DIR/nerdctl.toml
+	weights_up
+	run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big "$BIG_MODEL"
+	say "weight set big: $("$BIN/rekindle-weights" status --json big | jq -c '{bytes, load_seconds: .manifest.load_seconds, gbps: .manifest.gbps}')"
+	local set=(--device rekindle.dev/weights=big --env=ENGINE_WEIGHT_SET=/rekindle/weights/big)
+	SMODEL=$BIG_MODEL cold_and_checkpoint sglang-big rekindle.local/ckpt:sglang-big "${set[@]}"
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
-	SMODEL=$BIG_MODEL restore sglang-big1 rekindle.local/ckpt:sglang-big
+	SMODEL=$BIG_MODEL restore sglang-big1 rekindle.local/ckpt:sglang-big "${set[@]}"
+	say "sglang-big1: $(set_rate sglang-big1)"
+	[ -n "$(set_rate sglang-big1)" ] || die "sglang-big1: the wake did not read the weight set"
 	SMODEL=$BIG_MODEL same_as_before sglang-big1
 	run_nerdctl rm -f sglang-big1
-	SMODEL=$BIG_MODEL restore sglang-big2 rekindle.local/ckpt:sglang-big
+	SMODEL=$BIG_MODEL restore sglang-big2 rekindle.local/ckpt:sglang-big "${set[@]}"
+	say "sglang-big2: $(set_rate sglang-big2)"
 	SMODEL=$BIG_MODEL same_as_before sglang-big2
 }

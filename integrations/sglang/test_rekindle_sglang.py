@@ -1,0 +1,79 @@
+"""Unit tests of rekindle_sglang's hook: which weights SGLang's loader gets
+(plain python3; SGLang, torch and the copies are tested on a GPU host,
+520-sglang.bats)."""
+import os
+import shutil
+import sys
+import tempfile
+import types
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "weights"))
+import rekindle_model_set as rms  # noqa: E402
+import rekindle_sglang as rs  # noqa: E402
+from test_rekindle_weights import bf16, manifest, st_file  # noqa: E402
+
+TENSORS = [("model.norm.weight", "BF16", (3,), bf16([1, 1, 1])), ("lm_head.weight", "BF16", (2, 3), bf16([1, 2, 3, 4, 5, 6]))]
+
+
+def original(loader, source):
+    return ["from the folder", source.model_or_path]
+
+
+class Hook(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.mkdtemp()
+        self.model = os.path.join(self.tmp, "model")
+        self.set = os.path.join(self.tmp, "sets", "qwen")
+        os.makedirs(self.model)
+        os.makedirs(self.set)
+        st_file(os.path.join(self.model, "model.safetensors"), TENSORS)
+        self.source = types.SimpleNamespace(model_or_path=self.model, prefix="")
+        self.env = dict(os.environ)
+        # without torch: no registration with CUDA, and the set's tensor names for its tensors
+        self.orig = rms.weights, rms.rw.WeightSet.register
+        rms.weights = lambda ws, log: sorted(ws.tensors)
+        rms.rw.WeightSet.register = lambda ws, device=None: None
+
+    def tearDown(self):
+        rms.weights, rms.rw.WeightSet.register = self.orig
+        for ws in rms._attached.values():
+            ws.close()
+        rms._attached.clear()
+        os.environ.clear()
+        os.environ.update(self.env)
+        shutil.rmtree(self.tmp)
+
+    def test_no_set_named_reads_the_folder(self):
+        os.environ.pop("ENGINE_WEIGHT_SET", None)
+        self.assertEqual(rs.weights_iterator(original, None, self.source), ["from the folder", self.model])
+
+    def test_a_set_not_loaded_reads_the_folder(self):
+        os.environ["ENGINE_WEIGHT_SET"] = self.set
+        with self.assertLogs("sglang.rekindle", "WARNING") as logs:
+            self.assertEqual(rs.weights_iterator(original, None, self.source)[0], "from the folder")
+        self.assertIn("not a weight set", logs.output[0])
+
+    def test_the_models_set_is_read(self):
+        st_file(os.path.join(self.set, "model.safetensors"), TENSORS)
+        manifest(self.set, ["model.safetensors"])
+        os.environ["ENGINE_WEIGHT_SET"] = self.set
+        self.assertEqual(rs.weights_iterator(original, None, self.source), ["lm_head.weight", "model.norm.weight"])
+
+    def test_another_models_set_fails_naming_the_set_and_tensor(self):
+        st_file(os.path.join(self.set, "model.safetensors"), [("model.norm.weight", "BF16", (4,), bf16([1, 1, 1, 1]))] + TENSORS[1:])
+        manifest(self.set, ["model.safetensors"])
+        os.environ["ENGINE_WEIGHT_SET"] = self.set
+        with self.assertRaises(rms.Mismatch) as e:
+            rs.weights_iterator(original, None, self.source)
+        self.assertIn("weight set qwen", str(e.exception))
+        self.assertIn("tensor model.norm.weight is BF16[4]", str(e.exception))
+
+    def test_a_prefixed_source_is_not_the_models(self):
+        os.environ["ENGINE_WEIGHT_SET"] = self.set
+        self.source.prefix = "draft."
+        self.assertEqual(rs.weights_iterator(original, None, self.source)[0], "from the folder")
+
+
+if __name__ == "__main__":
+    unittest.main()
