@@ -39,6 +39,12 @@ cp -a "$src" "$work/tree"
 chmod -R u+w "$work/tree"
 for p in "${patches[@]}"; do
 	[ -f "$here/$p" ] || die "series names $p, which is not in $here"
+	# Each header says whether the patch is meant for upstream (DEP-3's
+	# Forwarded:) and carries its author's sign-off.
+	for field in Forwarded Signed-off-by; do
+		sed '/^---$/q' "$here/$p" | grep -q "^$field: " ||
+			die "$p has no $field: line in its header (see $here/README.md, series hygiene)"
+	done
 	if ! out=$(patch -d "$work/tree" -p1 --forward --no-backup-if-mismatch --reject-file=- < "$here/$p" 2>&1); then
 		printf '%s\n' "$out" | grep -v '^patching file' >&2 || true
 		die "$p does not apply to $src (hunks above); $src is untouched"

@@ -36,6 +36,40 @@ teardown_file() {
 	[ ! -e "$BATS_TEST_TMPDIR/runc" ] || die "a source tree was left behind"
 }
 
+@test "apply-patches refuses a patch whose header does not say whether it is meant for upstream, and leaves the tree untouched" {
+	local d=$BATS_TEST_TMPDIR
+	mkdir -p "$d/src" "$d/patches"
+	printf 'module example.com/x\n\ngo 1.22\n' >"$d/src/go.mod"
+	printf 'package x\n' >"$d/src/x.go"
+	cp -a "$d/src" "$d/pristine"
+	# A patch in git format-patch form with no Forwarded: line.
+	cat >"$d/patches/0001-x-add-a-constant.patch" <<'PATCH'
+From 0000000000000000000000000000000000000000 Mon Sep 17 00:00:00 2001
+From: Rekindle <rekindle@localhost>
+Subject: [PATCH] x: add a constant
+
+Signed-off-by: Rekindle <rekindle@localhost>
+---
+ x.go | 2 ++
+ 1 file changed, 2 insertions(+)
+
+diff --git a/x.go b/x.go
+--- a/x.go
++++ b/x.go
+@@ -1 +1,3 @@
+ package x
++
++const A = 1
+PATCH
+	echo 0001-x-add-a-constant.patch >"$d/patches/series"
+	run_cmd 1 "$REKINDLE_ROOT/scripts/apply-patches.sh" "$d/patches" "$d/src" example.com/x
+	is "$output" "~0001-x-add-a-constant.patch has no Forwarded: line in its header" "the error names the patch and the field"
+	diff -r "$d/pristine" "$d/src" || die "the tree was changed"
+	sed -i 's/^Signed-off-by:/Forwarded: no\nSigned-off-by:/' "$d/patches/0001-x-add-a-constant.patch"
+	run_cmd "$REKINDLE_ROOT/scripts/apply-patches.sh" "$d/patches" "$d/src" example.com/x
+	grep -q "const A = 1" "$d/src/x.go" || die "the patch was not applied"
+}
+
 @test "containerd-up refuses to start over a running containerd" {
 	run_cmd 1 "$REKINDLE_ROOT/scripts/containerd-up.sh" "$RK_DIR"
 	is "$output" "~left by an earlier run still serves $RK_DIR: stop it with 'scripts/containerd-down.sh" "names the stale daemon and the fix"
