@@ -13,6 +13,16 @@ model's weights come from the set's pinned mapping, checked against the
 model folder first (rekindle_model_set.py): a set of another model fails
 the load, naming the set and the tensor, before any weight is written. No
 set at the path: the model folder, and the log says why.
+
+It also gates the API server: SGLang serves requests while its memory is
+released, and a restored server answers /health before the wake has resumed
+it, so a request would run on unmapped GPU memory or, when the weights were
+dropped on release (no --enable-weights-cpu-backup), on weights not yet
+reloaded. From release_memory_occupation until the memory is resumed and, for
+dropped weights, until update_weights_from_disk succeeds, /health answers 503
+(SGLang's "starting" status) and a generation request fails with a 503 that
+says why. A wake whose reload fails (a weight set of another model) leaves the
+gate closed: the engine does not serve wrong weights.
 """
 import logging
 import os
@@ -39,7 +49,94 @@ def weights_iterator(original, loader, source, *args, **kwargs):
     return rms.weights(ws, log)
 
 
+ALL_TAGS = ("weights", "kv_cache", "cuda_graph")  # SGLang's GPU_MEMORY_ALL_TYPES
+
+
+class Gate:
+    """What the API server process knows of the memory's state."""
+
+    def __init__(self):
+        self.released = set()
+        self.reload = False  # the weights' contents were dropped and are not loaded again yet
+
+    def why(self):
+        if self.released:
+            return (f"rekindle: SGLang's memory ({', '.join(sorted(self.released))}) is released: "
+                    "it serves again once the wake (POST /resume_memory_occupation) resumes it")
+        if self.reload:
+            return ("rekindle: SGLang's weights were dropped on release and are not loaded again: "
+                    "it serves once POST /update_weights_from_disk succeeds")
+        return None
+
+
+gate = Gate()
+
+
+def _tags(obj):
+    return set(getattr(obj, "tags", None) or ALL_TAGS)
+
+
+def _status(manager):
+    """SGLang's /health answers 503 while the status is Starting."""
+    from sglang.srt.managers.tokenizer_manager import ServerStatus
+
+    closed = gate.why() is not None
+    if closed and manager.server_status == ServerStatus.Up:
+        manager.server_status = ServerStatus.Starting
+    elif not closed and manager.server_status == ServerStatus.Starting:
+        manager.server_status = ServerStatus.Up
+
+
+def on_release(original, manager, obj, *args, **kwargs):
+    async def run():
+        tags = _tags(obj)
+        gate.released |= tags  # closed before the memory goes
+        if "weights" in tags and not getattr(manager.server_args, "enable_weights_cpu_backup", False):
+            gate.reload = True
+        _status(manager)
+        return await original(manager, obj, *args, **kwargs)
+    return run()
+
+
+def on_resume(original, manager, obj, *args, **kwargs):
+    async def run():
+        out = await original(manager, obj, *args, **kwargs)
+        gate.released -= _tags(obj)
+        _status(manager)
+        return out
+    return run()
+
+
+def on_update_from_disk(original, manager, obj, *args, **kwargs):
+    async def run():
+        out = await original(manager, obj, *args, **kwargs)
+        if out[0] and not gate.released:
+            gate.reload = False
+            _status(manager)
+        return out
+    return run()
+
+
+def on_generate(original, manager, obj, *args, **kwargs):
+    why = gate.why()
+    if why is None:
+        return original(manager, obj, *args, **kwargs)
+
+    async def refused():
+        err = ValueError(why)
+        err.status_code = 503  # SGLang's HTTP server answers a ValueError with its status_code
+        raise err
+        yield  # an async generator, as generate_request is
+    return refused()
+
+
 def register():
     from sglang.srt.plugins.hook_registry import HookRegistry, HookType
 
     HookRegistry.register(TARGET, weights_iterator, HookType.AROUND)
+    tm = "sglang.srt.managers.tokenizer_manager.TokenizerManager."
+    mixin = "sglang.srt.managers.tokenizer_control_mixin.TokenizerControlMixin."
+    HookRegistry.register(mixin + "release_memory_occupation", on_release, HookType.AROUND)
+    HookRegistry.register(mixin + "resume_memory_occupation", on_resume, HookType.AROUND)
+    HookRegistry.register(tm + "update_weights_from_disk", on_update_from_disk, HookType.AROUND)
+    HookRegistry.register(tm + "generate_request", on_generate, HookType.AROUND)

@@ -1,6 +1,8 @@
 """Unit tests of rekindle_sglang's hook: which weights SGLang's loader gets
 (plain python3; SGLang, torch and the copies are tested on a GPU host,
 520-sglang.bats)."""
+import asyncio
+import enum
 import os
 import shutil
 import sys
@@ -73,6 +75,105 @@ class Hook(unittest.TestCase):
         os.environ["ENGINE_WEIGHT_SET"] = self.set
         self.source.prefix = "draft."
         self.assertEqual(rs.weights_iterator(original, None, self.source)[0], "from the folder")
+
+
+class Status(enum.Enum):  # SGLang's ServerStatus, the members the gate uses
+    Up = "Up"
+    Starting = "Starting"
+
+
+class Manager:
+    """A stand-in for SGLang's TokenizerManager: the calls the gate wraps."""
+
+    def __init__(self, backup=False):
+        self.server_status = Status.Up
+        self.server_args = types.SimpleNamespace(enable_weights_cpu_backup=backup)
+        self.reload_ok = True
+
+    async def release(self, obj):
+        return None
+
+    async def resume(self, obj):
+        return None
+
+    async def update(self, obj):
+        return (self.reload_ok, "message", 0)
+
+    async def generate(self, obj):
+        yield {"text": "ok"}
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def first(agen):
+    async def go():
+        return await agen.__anext__()
+    return run(go())
+
+
+class GateTest(unittest.TestCase):
+    def setUp(self):
+        mod = types.ModuleType("sglang.srt.managers.tokenizer_manager")
+        mod.ServerStatus = Status
+        self.saved = {k: sys.modules.get(k) for k in ("sglang", "sglang.srt", "sglang.srt.managers", mod.__name__)}
+        for k in self.saved:
+            sys.modules[k] = types.ModuleType(k)
+        sys.modules[mod.__name__] = mod
+        rs.gate = rs.Gate()
+        self.m = Manager()
+
+    def tearDown(self):
+        for k, v in self.saved.items():
+            if v is None:
+                sys.modules.pop(k, None)
+            else:
+                sys.modules[k] = v
+
+    def call(self, hook, method, tags=None):
+        return run(hook(method, self.m, types.SimpleNamespace(tags=tags)))
+
+    def generate(self):
+        return first(rs.on_generate(Manager.generate, self.m, {}))
+
+    def test_open_before_any_release(self):
+        self.assertEqual(self.generate(), {"text": "ok"})
+
+    def test_closed_from_release_until_resume_and_reload(self):
+        self.call(rs.on_release, Manager.release)
+        self.assertEqual(self.m.server_status, Status.Starting, "/health answers 503 while released")
+        with self.assertRaisesRegex(ValueError, "memory .*kv_cache.* is released") as e:
+            self.generate()
+        self.assertEqual(e.exception.status_code, 503)
+        self.call(rs.on_resume, Manager.resume)
+        with self.assertRaisesRegex(ValueError, "weights were dropped on release and are not loaded again"):
+            self.generate()
+        self.assertEqual(self.m.server_status, Status.Starting)
+        self.call(rs.on_update_from_disk, Manager.update)
+        self.assertEqual(self.m.server_status, Status.Up)
+        self.assertEqual(self.generate(), {"text": "ok"})
+
+    def test_a_failed_reload_keeps_it_closed(self):
+        self.call(rs.on_release, Manager.release)
+        self.call(rs.on_resume, Manager.resume)
+        self.m.reload_ok = False
+        self.call(rs.on_update_from_disk, Manager.update)
+        with self.assertRaisesRegex(ValueError, "not loaded again"):
+            self.generate()
+        self.assertEqual(self.m.server_status, Status.Starting)
+
+    def test_weights_kept_in_host_memory_need_no_reload(self):
+        self.m = Manager(backup=True)
+        self.call(rs.on_release, Manager.release)
+        self.call(rs.on_resume, Manager.resume)
+        self.assertEqual(self.generate(), {"text": "ok"})
+
+    def test_tags_resumed_one_by_one(self):
+        self.call(rs.on_release, Manager.release, ["kv_cache", "weights"])
+        self.call(rs.on_resume, Manager.resume, ["weights"])
+        with self.assertRaisesRegex(ValueError, r"memory \(kv_cache\) is released"):
+            self.generate()
 
 
 if __name__ == "__main__":

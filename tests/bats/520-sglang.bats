@@ -121,6 +121,14 @@ s() {
 	fi
 }
 
+# answer NAME METHOD PATH [JSON]: the HTTP status and body of one call, on one line.
+answer() {
+	local name=$1 method=$2 path=$3 body=${4:-} pid
+	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$name") || return 1
+	nsenter -t "$pid" -n curl -sS --max-time 120 -X "$method" -H 'Content-Type: application/json' \
+		${body:+-d "$body"} -w ' %{http_code}' "http://127.0.0.1:$PORT$path"
+}
+
 # serving NAME SECS: wait until the server in container NAME answers a
 # one-token request; fails at once, with its log's end, if the container
 # exits first.
@@ -236,6 +244,16 @@ same_as_before() {
 	say "cold start: nerdctl run -> first token ${cold}s; SGLang's log: $ph"
 	[ "$(jq -r .cold_lines <<<"$ph")" -gt 0 ] || die "SGLang logged no weight load or graph capture at its cold start: the test could not see one after a restore"
 	say "in the container: $(tr '\n' '|' <"$BATS_FILE_TMPDIR/inside")"
+	# rekindle_sglang's gate: from the release until the weights are loaded
+	# again, /health answers 503 and a request is refused, saying why.
+	s sglang-cold POST /release_memory_occupation '{}' >/dev/null
+	is "$(answer sglang-cold GET /health)" "~ 503$" "/health while the memory is released"
+	is "$(answer sglang-cold POST /generate "$(body "${PROMPTS[0]}" 1)")" "~is released.* 503$" "a request while the memory is released"
+	s sglang-cold POST /resume_memory_occupation '{}' >/dev/null
+	is "$(answer sglang-cold POST /generate "$(body "${PROMPTS[0]}" 1)")" "~not loaded again.* 503$" "a request before the weights are loaded again"
+	s sglang-cold POST /update_weights_from_disk '{"model_path": "/models/model"}' >/dev/null
+	is "$(answer sglang-cold GET /health)" "~ 200$" "/health once the weights are back"
+	is "$(tokens sglang-cold)" "$(cat "$BATS_FILE_TMPDIR/tokens")" "the same tokens after a release, resume and reload"
 
 	local image=rekindle.local/ckpt:sglang
 	echo "$image" >>"$BATS_TEST_TMPDIR/images"
