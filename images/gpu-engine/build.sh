@@ -106,8 +106,12 @@ if [ "$backend" = sglang ]; then
 	install -D -m 0644 -t "$root/engine/rekindle_sglang-1.0.dist-info" "$here/../../integrations/sglang/rekindle_sglang-1.0.dist-info/"*
 	mkdir -p "$root/models/model"
 	desc="SGLang's server on the model bound at /models/model; runs the host's Python, PyTorch and SGLang"
+	# Kernels that need nothing the container lacks (no FA3 in the site
+	# wheels.sh makes, no nvcc for flashinfer's sampling), unless
+	# ENGINE_SGLANG_ARGS chooses.
 	extra_env+=(--config.env ENGINE_SERVER=/engine/sglang_serve.py --config.env MODEL_PATH=/models/model
-		--config.env HOME=/root)
+		--config.env HOME=/root
+		--config.env "ENGINE_SGLANG_DEFAULTS=--attention-backend triton --sampling-backend pytorch")
 fi
 # The weight set client (integrations/weights/): server.py imports it from beside itself.
 install -m 0644 -t "$root/engine" "$here/../../integrations/weights/rekindle_weights.py" \

@@ -13,7 +13,8 @@ detokenizer) import the same packages.
 
 Environment: MODEL_PATH (/models/model), ENGINE_HOST (0.0.0.0), ENGINE_PORT
 (30000), ENGINE_SGLANG_ARGS (more flags, split on spaces),
-ENGINE_SGLANG_MEMORY_SAVER (1; 0 leaves --enable-memory-saver out, to test the
+ENGINE_SGLANG_DEFAULTS (flags given unless ENGINE_SGLANG_ARGS names their
+option), ENGINE_SGLANG_MEMORY_SAVER (1; 0 leaves --enable-memory-saver out, to test the
 checkpoint's refusal), ENGINE_WEIGHT_SET (/rekindle/weights/NAME: weights from
 that weight set, through the rekindle_sglang plugin beside this file, at the
 start and at every wake). The kernels SGLang compiles at run time come built
@@ -102,11 +103,22 @@ def multi_gpu(args, env):
     return args, line
 
 
-# Kernels that need nothing the container lacks, unless the flags choose:
-# wheels.sh leaves FA3 (SGLang's default on Hopper) out of the site, and
-# flashinfer's sampling kernels compile with nvcc at first use, which the
-# container does not have.
-DEFAULTS = [("--attention-backend", "triton"), ("--sampling-backend", "pytorch")]
+def defaults(env):
+    """ENGINE_SGLANG_DEFAULTS: flags given unless ENGINE_SGLANG_ARGS chooses
+    their option. The sglang-engine image sets kernels that need nothing its
+    container lacks: wheels.sh leaves FA3 (SGLang's default on Hopper) out
+    of the site, and flashinfer's sampling kernels compile with nvcc at first
+    use."""
+    words = env.get("ENGINE_SGLANG_DEFAULTS", "").split()
+    out, i = [], 0
+    while i < len(words):
+        if "=" in words[i] or i + 1 == len(words) or words[i + 1].startswith("--"):
+            out.append((words[i], None))
+            i += 1
+        else:
+            out.append((words[i], words[i + 1]))
+            i += 2
+    return out
 
 
 def without_saver_preload(env):
@@ -139,9 +151,9 @@ def command(model, args, env):
     if env.get("ENGINE_SGLANG_MEMORY_SAVER", "1") != "0":
         argv.append("--enable-memory-saver")
     given = {_flag(a) for a in args}
-    for flag, value in DEFAULTS:
-        if flag not in given:
-            argv += [flag, value]
+    for flag, value in defaults(env):
+        if _flag(flag) not in given:
+            argv += [flag] if value is None else [flag, value]
     return argv + list(args)
 
 

@@ -21,13 +21,13 @@ class Command(unittest.TestCase):
     def test_memory_saver_on_by_default(self):
         argv = serve.command("/models/model", ["--mem-fraction-static", "0.5"], {})
         self.assertEqual(argv, ["--model-path", "/models/model", "--host", "0.0.0.0", "--port", "30000",
-                                "--enable-memory-saver", "--attention-backend", "triton",
-                                "--sampling-backend", "pytorch", "--mem-fraction-static", "0.5"])
+                                "--enable-memory-saver", "--mem-fraction-static", "0.5"])
 
-    def test_the_users_kernels_win(self):
-        argv = serve.command("/m", ["--attention-backend=fa3"], {})
+    def test_the_images_defaults_unless_the_flags_choose(self):
+        env = {"ENGINE_SGLANG_DEFAULTS": "--attention-backend triton --sampling-backend pytorch --disable-radix-cache"}
+        argv = serve.command("/m", ["--attention-backend=fa3"], env)
         self.assertEqual(argv.count("--attention-backend"), 0)
-        self.assertEqual(argv[-3:], ["--sampling-backend", "pytorch", "--attention-backend=fa3"])
+        self.assertEqual(argv[-4:], ["--sampling-backend", "pytorch", "--disable-radix-cache", "--attention-backend=fa3"])
 
     def test_memory_saver_left_out_when_asked(self):
         self.assertNotIn("--enable-memory-saver", serve.command("/m", [], {"ENGINE_SGLANG_MEMORY_SAVER": "0"}))
