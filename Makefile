@@ -77,9 +77,13 @@ stack: $(STACK)
 
 # series DIR: the patch files DIR/series lists.
 series = $(addprefix $(1)/,$(shell sed -e 's/\#.*//' $(1)/series 2>/dev/null))
-$(BIN)/containerd: $(PINS)/containerd scripts/apply-patches.sh $(call series,containerd-patches) | $(BUILDDIR)/.deps
+# The series' restore engine imports Rekindle's contract module (contract/,
+# which oci-checkpoint imports too): the patched tree is told where it is.
+CONTRACT_SRC := $(shell find contract -type f)
+$(BIN)/containerd: $(PINS)/containerd scripts/apply-patches.sh $(call series,containerd-patches) $(CONTRACT_SRC) | $(BUILDDIR)/.deps
 	scripts/fetch-module.sh $(CONTAINERD_MODULE) $(CONTAINERD_VERSION) $(CONTAINERD_SUM) $(SRC)/containerd
 	scripts/apply-patches.sh containerd-patches $(SRC)/containerd $(CONTAINERD_MODULE)
+	cd $(SRC)/containerd && $(GO) mod edit -replace=rekindle.local/contract=$(abspath contract)
 	cd $(SRC)/containerd && $(GOBUILD) -tags "$(CONTAINERD_BUILDTAGS)" \
 		-ldflags "-X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD_VERSION:v%=%)+rekindle" \
 		-o $(ABSBIN)/ ./cmd/containerd ./cmd/ctr ./cmd/containerd-shim-runc-v2

@@ -71,5 +71,8 @@ require (
 	google.golang.org/grpc v1.83.2 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 	gotest.tools/v3 v3.5.2 // indirect
+	rekindle.local/contract v0.0.0
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
+
+replace rekindle.local/contract => ../contract

@@ -3,7 +3,7 @@
 # any distribution.
 
 OCI_CHECKPOINT_SRC := $(shell find oci-checkpoint -name '*.go' -not -path '*/cuda-checkpoint/*') \
-	oci-checkpoint/go.mod oci-checkpoint/go.sum
+	oci-checkpoint/go.mod oci-checkpoint/go.sum $(shell find contract -type f)
 
 $(BIN)/oci-checkpoint: $(OCI_CHECKPOINT_SRC) | $(BUILDDIR)/.deps
 	cd oci-checkpoint && $(GOBUILD) -ldflags "-X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)" \
@@ -18,7 +18,8 @@ $(BIN)/rekindle-weights: $(OCI_CHECKPOINT_SRC) | $(BUILDDIR)/.deps
 	cd oci-checkpoint && CGO_ENABLED=0 $(GOBUILD) -ldflags "-X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)" \
 		-o $(ABSBIN)/rekindle-weights ./cmd/rekindle-weights
 
-test-oci-checkpoint: ## unit tests of oci-checkpoint (go test)
+test-oci-checkpoint: ## unit tests of oci-checkpoint and of the contract module it shares with containerd's restore (go test)
+	cd contract && $(GO) vet ./... && $(GO) test ./...
 	cd oci-checkpoint && GOFLAGS=-mod=mod $(GO) test ./...
 
 BUILD_EXTRA += $(BIN)/oci-checkpoint $(BIN)/rekindle-wake $(BIN)/rekindle-weights

@@ -149,34 +149,3 @@ class Lookups(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
-
-
-class SharedVectors(unittest.TestCase):
-    """Test vectors and code that oci-checkpoint and a patch series each keep a copy of."""
-
-    def patch_file(self, folder, path):
-        """The text of the file PATH that a patch of FOLDER creates."""
-        for name in datapath.series(folder, datapath.ROOT):
-            with open(os.path.join(datapath.ROOT, folder, name)) as f:
-                text = f.read()
-            m = re.search(r"^\+\+\+ b/" + re.escape(path) + r"\n@@ [^\n]*\n((?:[+].*\n)*)", text, re.M)
-            if m:
-                return "".join(line[1:] + "\n" for line in m.group(1).splitlines())
-        self.fail(f"no patch of {folder} creates {path}")
-
-    def test_restore_rules_are_the_same_on_both_sides(self):
-        with open(os.path.join(datapath.ROOT, "oci-checkpoint/pkg/hostinfo/testdata/restore-rules.json")) as f:
-            ours = f.read()
-        theirs = self.patch_file("containerd-patches", "internal/checkpointimage/testdata/restore-rules.json")
-        self.assertEqual(ours, theirs, "oci-checkpoint/pkg/hostinfo/testdata/restore-rules.json differs from "
-                         "the copy the containerd patch series adds: change both")
-
-    def test_restore_rules_code_is_the_same_on_both_sides(self):
-        """containerd's preflight applies oci-checkpoint's rules from a vendored copy."""
-        with open(os.path.join(datapath.ROOT, "oci-checkpoint/pkg/rules/rules.go")) as f:
-            ours = f.read()
-        theirs = self.patch_file("containerd-patches", "internal/checkpointimage/rules/rules.go")
-        self.assertEqual(ours, theirs, "oci-checkpoint/pkg/rules/rules.go differs from the copy "
-                         "containerd-patches/checkpointimage-apply-oci-checkpoint-check-s-rules-i adds "
-                         "(internal/checkpointimage/rules/rules.go): change the patch too "
-                         "(scripts/refresh-patches.sh containerd)")

@@ -8,14 +8,14 @@ package annotations
 import (
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 
-	"rekindle.local/oci-checkpoint/pkg/rules"
+	"rekindle.local/contract/rules"
 )
 
 const (
 	Prefix = "org.rekindle."
 	// The keys of the host facts and the format, which the restore rules
-	// read, are defined with the rules (pkg/rules), which containerd's
-	// preflight applies from a copy of that package.
+	// read, are defined with the rules (the contract module's rules
+	// package), which containerd's preflight imports too.
 	Format     = rules.AnnotationFormat
 	Engine     = Prefix + "engine"
 	EnginePort = Prefix + "engine.port"

@@ -4,8 +4,8 @@ import (
 	"strconv"
 	"strings"
 
+	"rekindle.local/contract/rules"
 	"rekindle.local/oci-checkpoint/pkg/annotations"
-	"rekindle.local/oci-checkpoint/pkg/rules"
 )
 
 // Annotations returns h as annotations; gpus are the GPUs the
@@ -47,7 +47,7 @@ func (p Problem) String() string { return p.What + ": " + p.Msg }
 
 // Check compares the facts a checkpoint recorded (its annotations) with
 // this host, by the restore rules containerd's preflight applies too
-// (pkg/rules). It returns the problems (a restore would fail), said to
+// (the contract module's rules package). It returns the problems (a restore would fail), said to
 // the person at the host, and notes (worth saying, not fatal). A host
 // where no criu answers is refused an image that records its CRIU.
 func Check(a map[string]string, here Host) (problems []Problem, notes []string) {

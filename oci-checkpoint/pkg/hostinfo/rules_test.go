@@ -1,67 +1,23 @@
 package hostinfo
 
 import (
-	"encoding/json"
 	"os"
 	"slices"
 	"testing"
+
+	"rekindle.local/contract/rules"
 )
 
-// rulesVector is testdata/restore-rules.json: the restore rules that
-// containerd's preflight applies too, from the same file.
-type rulesVector struct {
-	Host  vectorHost `json:"host"`
-	Cases []struct {
-		Name        string            `json:"name"`
-		Host        *vectorHost       `json:"host"`
-		Annotations map[string]string `json:"annotations"`
-		Refused     []string          `json:"refused"`
-	} `json:"cases"`
-}
-
-type vectorHost struct {
-	CPUVendor string   `json:"cpu_vendor"`
-	CPUFlags  []string `json:"cpu_flags"`
-	CRIU      string   `json:"criu"`
-	Driver    string   `json:"driver"`
-	GPUs      []string `json:"gpus"`
-}
-
-// over returns h with the fields o sets.
-func (h vectorHost) over(o *vectorHost) vectorHost {
-	if o == nil {
-		return h
-	}
-	if o.CPUVendor != "" {
-		h.CPUVendor = o.CPUVendor
-	}
-	if o.CPUFlags != nil {
-		h.CPUFlags = o.CPUFlags
-	}
-	if o.CRIU != "" {
-		h.CRIU = o.CRIU
-	}
-	if o.Driver != "" {
-		h.Driver = o.Driver
-	}
-	if o.GPUs != nil {
-		h.GPUs = o.GPUs
-	}
-	return h
-}
-
+// TestRestoreRulesVector runs the restore rules' vector (the contract
+// module's), which containerd's restore preflight runs too.
 func TestRestoreRulesVector(t *testing.T) {
-	b, err := os.ReadFile("testdata/restore-rules.json")
+	cases, err := rules.Vector()
 	if err != nil {
 		t.Fatal(err)
 	}
-	var v rulesVector
-	if err := json.Unmarshal(b, &v); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range v.Cases {
+	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
-			vh := v.Host.over(tc.Host)
+			vh := tc.Host
 			h := Host{CPUVendor: vh.CPUVendor, CPUFlags: vh.CPUFlags, CRIU: vh.CRIU, Driver: vh.Driver}
 			for _, m := range vh.GPUs {
 				h.GPUs = append(h.GPUs, GPU{Model: m})

@@ -4,11 +4,10 @@
 // the problems that rule that host out and notes worth saying.
 //
 // oci-checkpoint check (oci-checkpoint/pkg/hostinfo) and containerd's
-// restore preflight both apply these rules. This file is the one copy:
-// containerd-patches/checkpointimage-apply-oci-checkpoint-check-s-rules-i
-// adds it byte for byte as containerd's internal/checkpointimage/rules,
-// and make test-diagram fails when the two differ. So it imports the
-// standard library only, and a change here is a change of that patch too.
+// restore preflight both import these rules (the contract module,
+// containerd-patches/checkpointimage-apply-oci-checkpoint-check-s-rules-i),
+// and both run their test vector (Vector). So they import the standard
+// library only: containerd's build adds no module but this one.
 package rules
 
 import (

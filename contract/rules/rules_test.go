@@ -9,11 +9,10 @@ import (
 )
 
 // The rules' verdicts are tested by the vector both readers run
-// (oci-checkpoint/pkg/hostinfo/testdata/restore-rules.json); these pin
-// what each says.
+// (Vector, testdata/restore-rules.json); these pin what each says.
 
-// TestRulesImportTheStandardLibraryOnly: containerd's copy of rules.go
-// builds in containerd's module, which has none of oci-checkpoint's.
+// TestRulesImportTheStandardLibraryOnly: containerd's restore imports this
+// package, and its build adds no module but this one.
 func TestRulesImportTheStandardLibraryOnly(t *testing.T) {
 	f, err := parser.ParseFile(token.NewFileSet(), "rules.go", nil, parser.ImportsOnly)
 	if err != nil {

@@ -1,0 +1,3 @@
+module rekindle.local/contract
+
+go 1.22
