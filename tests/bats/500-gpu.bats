@@ -22,6 +22,7 @@
 #   REKINDLE_GPU_REPLICAS    replicas restored at once (default: one per GPU, at most 8)
 
 load helpers
+load gpu
 
 GPU_IMAGE=rekindle.local/gpu-engine:latest
 HF_IMAGE=rekindle.local/hf-engine:latest
@@ -56,11 +57,6 @@ teardown() {
 	for c in $(cat "$BATS_TEST_TMPDIR/images" 2>/dev/null); do
 		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rmi -f "$c" >/dev/null 2>&1 || true
 	done
-}
-
-# say LINE...: print to the TAP stream, also when the test passes.
-say() {
-	echo "# $*" >&3
 }
 
 skip_if_no_gpu_stack() {
@@ -299,10 +295,6 @@ ns_http() {
 
 ctr_pid() {
 	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$1"
-}
-
-secs_since() {
-	awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'
 }
 
 # fresh_image ARCHIVE IMAGE: IMAGE as its first restore finds it: removed

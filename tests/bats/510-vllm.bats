@@ -27,6 +27,7 @@
 #   REKINDLE_PYTHON      host interpreter with torch (default python3)
 
 load helpers
+load gpu
 
 VLLM_IMAGE=rekindle.local/vllm-engine:latest
 SITE=${REKINDLE_VLLM_SITE:-/var/tmp/vllm-site}
@@ -62,10 +63,6 @@ teardown() {
 	for c in $(cat "$BATS_TEST_TMPDIR/images" 2>/dev/null); do
 		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rmi -f "$c" >/dev/null 2>&1 || true
 	done
-}
-
-say() {
-	echo "# $*" >&3
 }
 
 skip_if_no_vllm() {
@@ -111,32 +108,20 @@ run_vllm() {
 		"${PYFLAGS[@]}" --volume="${VMODEL:-$MODEL}:/models/model:ro" --env="ENGINE_VLLM_ARGS=$VARGS" "$@" "$image"
 }
 
-# v NAME METHOD PATH [JSON]: one HTTP call to the server in container NAME,
-# made inside its network namespace.
-v() {
-	local name=$1 method=$2 path=$3 body=${4:-} pid
-	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$name") || return 1
-	if [ -n "$body" ]; then
-		nsenter -t "$pid" -n curl -fsS --max-time 120 -X "$method" -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$PORT$path"
-	else
-		nsenter -t "$pid" -n curl -fsS --max-time 120 -X "$method" "http://127.0.0.1:$PORT$path"
-	fi
-}
-
 # tokens NAME: the greedy token ids of the one prompt and of the batch;
 # with ONE_BY_ONE set, of the batch's prompts sent one at a time instead:
 # vLLM's kernels are not batch-invariant, and a batch whose requests reach
 # the engine a step apart runs other shapes (with random weights' flat
 # logits, a near tie then flips: seen on an 8B model, never on the 1B).
 tokens() {
-	jq -c '[.choices[] | .token_ids]' <<<"$(v "$1" POST /v1/completions "$ONE")" || return 1
+	jq -c '[.choices[] | .token_ids]' <<<"$(call_in "$1" POST /v1/completions "$ONE")" || return 1
 	if [ -z "${ONE_BY_ONE:-}" ]; then
-		jq -c '[.choices | sort_by(.index)[] | .token_ids]' <<<"$(v "$1" POST /v1/completions "$BATCH")"
+		jq -c '[.choices | sort_by(.index)[] | .token_ids]' <<<"$(call_in "$1" POST /v1/completions "$BATCH")"
 		return
 	fi
 	local body answer ids=()
 	while read -r body; do
-		answer=$(v "$1" POST /v1/completions "$body") || return 1
+		answer=$(call_in "$1" POST /v1/completions "$body") || return 1
 		ids+=("$(jq -ce '.choices[0].token_ids' <<<"$answer")") || return 1
 	done < <(jq -c '.prompt[] as $p | .prompt = $p' <<<"$BATCH")
 	jq -sc . <<<"${ids[*]}"
@@ -158,18 +143,6 @@ inside() {
 		echo "inductor files $(find /var/cache/engine -type f 2>/dev/null | wc -l)"'
 }
 
-secs_since() {
-	awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'
-}
-
-# wake_status NAME: the wake helper's record in container NAME
-# (/.rekindle/status), once it holds an outcome.
-wake_status() {
-	wait_for "the wake helper in $1 to record its outcome" 300 \
-		sh -c "'$REKINDLE_ROOT/scripts/nerdctl.sh' '$RK_DIR' exec '$1' cat /.rekindle/status | grep -q outcome"
-	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" cat /.rekindle/status
-}
-
 # restore NAME IMAGE [FLAGS...]: nerdctl run IMAGE, wait for an awake
 # server's first token and the wake helper's record; prints the times.
 restore() {
@@ -188,15 +161,9 @@ restore() {
 	[ "$(jq -c .token_ids <<<"$ft")" != null ] || die "$name: no token after the restore: $ft"
 	st=$(wake_status "$name")
 	is "$(jq -r .outcome <<<"$st")" resumed "wake outcome in $name (/.rekindle/status: $st)"
-	first=$(v "$name" POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')
+	first=$(call_in "$name" POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')
 	say "$name: nerdctl run ${run_s}s, awake after $(jq -r .awake_s <<<"$ft")s (resume $(jq -r .resume_seconds <<<"$st")s), to first token $(jq -r .token_s <<<"$ft")s (its request $(jq -r .request_s <<<"$ft")s), to its 32-token answer $(secs_since "$t")s"
 	[ -n "$first" ] && [ "$first" != null ] || die "$name: no tokens after the restore"
-}
-
-# restored_line: containerd's phase times of the last restore; what
-# nerdctl run took beyond their total was the pull and unpack.
-restored_line() {
-	grep -o 'restored from checkpoint image [^"]*' "$RK_DIR/containerd.log" | tail -1
 }
 
 # pages_decoded: the shim's line on the last compressed pages it decoded.
@@ -252,7 +219,7 @@ same_as_before() {
 	local t
 	t=$EPOCHREALTIME
 	run_vllm vllm-cold "$VLLM_IMAGE"
-	wait_for "vLLM to serve" 900 v vllm-cold GET /health
+	wait_for "vLLM to serve" 900 call_in vllm-cold GET /health
 	local cold
 	cold=$(secs_since "$t")
 	tokens vllm-cold >"$BATS_FILE_TMPDIR/tokens" || die "no completions from the cold server"
@@ -304,16 +271,16 @@ same_as_before() {
 	vllm_setup
 	# Eager mode: this server only needs to answer, not to be fast.
 	run_vllm vllm-nosleep "$VLLM_IMAGE" --env=ENGINE_VLLM_SLEEP_MODE=0 --env="ENGINE_VLLM_ARGS=$VARGS --enforce-eager"
-	wait_for "vLLM without sleep mode to serve" 900 v vllm-nosleep GET /health
+	wait_for "vLLM without sleep mode to serve" 900 call_in vllm-nosleep GET /health
 	local before
-	before=$(v vllm-nosleep POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')
+	before=$(call_in vllm-nosleep POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')
 	echo rekindle.local/ckpt:vllm-nosleep >>"$BATS_TEST_TMPDIR/images"
 	ocicp 1 --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-nosleep rekindle.local/ckpt:vllm-nosleep
 	is "$output" "~started without sleep mode.*--enable-sleep-mode" "the error names the flag that fixes it"
 	is "$output" "~nothing was changed, the engine is left running" "the error says the engine was left alone"
 	run_nerdctl 1 image inspect rekindle.local/ckpt:vllm-nosleep
-	is "$(v vllm-nosleep GET /is_sleeping | jq -r .is_sleeping)" false "the server was not put to sleep"
-	is "$(v vllm-nosleep POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')" "$before" "it still serves the same tokens"
+	is "$(call_in vllm-nosleep GET /is_sleeping | jq -r .is_sleeping)" false "the server was not put to sleep"
+	is "$(call_in vllm-nosleep POST /v1/completions "$ONE" | jq -c '.choices[0].token_ids')" "$before" "it still serves the same tokens"
 }
 
 # bats test_tags=gpu
@@ -321,7 +288,7 @@ same_as_before() {
 	skip_if_no_vllm
 	vllm_setup
 	run_vllm vllm-src "$VLLM_IMAGE" --env="ENGINE_VLLM_ARGS=$VARGS --enforce-eager"
-	wait_for "vLLM to serve" 900 v vllm-src GET /health
+	wait_for "vLLM to serve" 900 call_in vllm-src GET /health
 	local image=rekindle.local/ckpt:vllm-other
 	echo "$image" >>"$BATS_TEST_TMPDIR/images"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-src "$image"
@@ -357,7 +324,7 @@ same_as_before() {
 	VLLM_GPUS="0 1"
 	t=$EPOCHREALTIME
 	run_vllm vllm-tp "$VLLM_IMAGE" --env="ENGINE_VLLM_ARGS=$VARGS --tensor-parallel-size 2" --env=NCCL_DEBUG=INFO
-	wait_for "vLLM with tensor parallel 2 to serve" 900 v vllm-tp GET /health
+	wait_for "vLLM with tensor parallel 2 to serve" 900 call_in vllm-tp GET /health
 	say "tp2 cold start: nerdctl run -> serving $(secs_since "$t")s"
 	# P2P is off; NCCL's shared-memory transport, left on, carries the
 	# all-reduces, so the restores below must keep its /dev/shm buffers shared.
@@ -487,7 +454,7 @@ set_rate() {
 	ONE_BY_ONE=1
 	t=$EPOCHREALTIME
 	run_vllm vllm-big "$BIG_BASE" "${SET_FLAGS[@]}"
-	wait_for "vLLM ($BIG_SHAPE) to serve" 1200 v vllm-big GET /health
+	wait_for "vLLM ($BIG_SHAPE) to serve" 1200 call_in vllm-big GET /health
 	cold_s=$(secs_since "$t")
 	tokens vllm-big >"$BATS_FILE_TMPDIR/tokens" || die "no completions from the cold server"
 	ONE_BY_ONE='' tokens vllm-big >"$BATS_FILE_TMPDIR/batch"
@@ -654,7 +621,7 @@ set_rate() {
 	# vLLM's answer may carry the exception's text or not; its log does.
 	is "$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs vllm-wrong 2>&1)" "~weight set big .*tensor $tensor is BF16" \
 		"the engine's log names the set and the tensor"
-	is "$(v vllm-wrong GET /is_sleeping | jq -r .is_sleeping)" true "the engine stays asleep"
+	is "$(call_in vllm-wrong GET /is_sleeping | jq -r .is_sleeping)" true "the engine stays asleep"
 	run_nerdctl rm -f vllm-wrong
 	# The right set again, loaded anew (other files at the same path, as
 	# after a reboot): the mapping restored over them is judged and copied

@@ -24,6 +24,7 @@
 #   REKINDLE_PYTHON        host interpreter with torch (default python3)
 
 load helpers
+load gpu
 
 SGLANG_IMAGE=rekindle.local/sglang-engine:latest
 SITE=${REKINDLE_SGLANG_SITE:-/var/tmp/sglang-site}
@@ -50,10 +51,6 @@ teardown() {
 	for c in $(cat "$BATS_TEST_TMPDIR/images" 2>/dev/null); do
 		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rmi -f "$c" >/dev/null 2>&1 || true
 	done
-}
-
-say() {
-	echo "# $*" >&3
 }
 
 skip_if_no_sglang() {
@@ -109,18 +106,6 @@ run_sglang() {
 		"${PYFLAGS[@]}" --volume="${SMODEL:-$MODEL}:/models/model:ro" --env="ENGINE_SGLANG_ARGS=$SARGS" "$@" "$image"
 }
 
-# s NAME METHOD PATH [JSON]: one HTTP call to the server in container NAME,
-# made inside its network namespace.
-s() {
-	local name=$1 method=$2 path=$3 body=${4:-} pid
-	pid=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$name") || return 1
-	if [ -n "$body" ]; then
-		nsenter -t "$pid" -n curl -fsS --max-time 120 -X "$method" -H 'Content-Type: application/json' -d "$body" "http://127.0.0.1:$PORT$path"
-	else
-		nsenter -t "$pid" -n curl -fsS --max-time 120 -X "$method" "http://127.0.0.1:$PORT$path"
-	fi
-}
-
 # answer NAME METHOD PATH [JSON]: the HTTP status and body of one call, on one line.
 answer() {
 	local name=$1 method=$2 path=$3 body=${4:-} pid
@@ -135,7 +120,7 @@ answer() {
 serving() {
 	local i
 	for ((i = 0; i < $2 * 2; i++)); do
-		s "$1" POST /generate "$(body "${PROMPTS[0]}" 1)" >/dev/null 2>&1 && return 0
+		call_in "$1" POST /generate "$(body "${PROMPTS[0]}" 1)" >/dev/null 2>&1 && return 0
 		[ "$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Running}}' "$1" 2>/dev/null)" = true ] ||
 			die "$1 exited before it served: $("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$1" 2>&1 | tail -15)"
 		sleep 0.5
@@ -157,8 +142,8 @@ body() {
 tokens() {
 	local p answer ids=()
 	for p in "${PROMPTS[@]}"; do
-		s "$1" POST /flush_cache >/dev/null || return 1
-		answer=$(s "$1" POST /generate "$(body "$p")") || return 1
+		call_in "$1" POST /flush_cache >/dev/null || return 1
+		answer=$(call_in "$1" POST /generate "$(body "$p")") || return 1
 		ids+=("$(jq -ce '.output_ids' <<<"$answer")") || return 1
 	done
 	jq -sc . <<<"${ids[*]}"
@@ -175,23 +160,6 @@ inside() {
 			echo "pid $n $c"
 		done | sort -n -k2
 		echo "shm $(ls /dev/shm | sort | tr "\n" " ")"'
-}
-
-secs_since() {
-	awk -v a="$1" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }'
-}
-
-# wake_status NAME: the wake helper's record in container NAME, once it
-# holds an outcome.
-wake_status() {
-	wait_for "the wake helper in $1 to record its outcome" 300 \
-		sh -c "'$REKINDLE_ROOT/scripts/nerdctl.sh' '$RK_DIR' exec '$1' cat /.rekindle/status | grep -q outcome"
-	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" exec "$1" cat /.rekindle/status
-}
-
-# restored_line: containerd's phase times of the last restore.
-restored_line() {
-	grep -o 'restored from checkpoint image [^"]*' "$RK_DIR/containerd.log" | tail -1
 }
 
 # restore NAME IMAGE [FLAGS...]: nerdctl run IMAGE, wait for the wake helper's
@@ -246,12 +214,12 @@ same_as_before() {
 	say "in the container: $(tr '\n' '|' <"$BATS_FILE_TMPDIR/inside")"
 	# rekindle_sglang's gate: from the release until the weights are loaded
 	# again, /health answers 503 and a request is refused, saying why.
-	s sglang-cold POST /release_memory_occupation '{}' >/dev/null
+	call_in sglang-cold POST /release_memory_occupation '{}' >/dev/null
 	is "$(answer sglang-cold GET /health)" "~ 503$" "/health while the memory is released"
 	is "$(answer sglang-cold POST /generate "$(body "${PROMPTS[0]}" 1)")" "~is released.* 503$" "a request while the memory is released"
-	s sglang-cold POST /resume_memory_occupation '{}' >/dev/null
+	call_in sglang-cold POST /resume_memory_occupation '{}' >/dev/null
 	is "$(answer sglang-cold POST /generate "$(body "${PROMPTS[0]}" 1)")" "~not loaded again.* 503$" "a request before the weights are loaded again"
-	s sglang-cold POST /update_weights_from_disk '{"model_path": "/models/model"}' >/dev/null
+	call_in sglang-cold POST /update_weights_from_disk '{"model_path": "/models/model"}' >/dev/null
 	is "$(answer sglang-cold GET /health)" "~ 200$" "/health once the weights are back"
 	is "$(tokens sglang-cold)" "$(cat "$BATS_FILE_TMPDIR/tokens")" "the same tokens after a release, resume and reload"
 
