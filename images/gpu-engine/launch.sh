@@ -41,7 +41,9 @@ fi
 export ENGINE_LAUNCHER=$0
 
 if [ $# -eq 0 ] && [ "${ENGINE_MEMORY_SAVER:-1}" != 0 ]; then
-	env=$(run /engine/server.py preload-env) || {
+	# The reference server beside this script knows where the hook is, also
+	# when ENGINE_SERVER is another engine's launcher (vLLM's, SGLang's).
+	env=$(run "$(dirname "$0")/server.py" preload-env) || {
 		echo "launch.sh: no torch_memory_saver next to torch for $py (ENGINE_SITE=${ENGINE_SITE:-}):" \
 			"bind a folder holding it and add it to ENGINE_SITE, or set ENGINE_MEMORY_SAVER=0" >&2
 		exit 1
