@@ -9,6 +9,7 @@ import (
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 
 	"rekindle.local/contract/rules"
+	"rekindle.local/contract/signature"
 )
 
 const (
@@ -59,14 +60,15 @@ const (
 
 	// Signature and SignatureKey sign the manifest (oci-checkpoint create
 	// --sign-key, oci-checkpoint sign): Signature is "v1:" and the base64 of
-	// an Ed25519 signature of the v1 payload (pkg/checkpoint, sign.go: the
-	// config's and layers' descriptors and every other annotation),
+	// an Ed25519 signature of the v1 payload (the contract module's
+	// signature package: the config's and layers' descriptors and every
+	// other annotation),
 	// SignatureKey the key id, "sha256:" and the hex SHA-256 of the public
 	// key's DER (PKIX). A containerd whose policy requires a signature
 	// (checkpoint_restore_require_signature) restores only images signed by
 	// one of its keys.
-	Signature    = Prefix + "signature"
-	SignatureKey = Prefix + "signature.key"
+	Signature    = signature.Annotation
+	SignatureKey = signature.AnnotationKey
 
 	// FormatVersion changes when the image layout changes incompatibly.
 	FormatVersion = rules.FormatVersion

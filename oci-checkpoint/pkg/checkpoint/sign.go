@@ -4,40 +4,11 @@ package checkpoint
 //
 // A host can require that the checkpoint images it restores are signed by
 // a key it trusts (containerd's checkpoint_restore_require_signature and
-// checkpoint_restore_keys, containerd-patches/checkpointimage-restore-only-signed-checkpoint-image). The signature covers
-// everything a restore trusts in the manifest, and the manifest names the
-// rest by digest: the config's and every layer's descriptor (media type,
-// digest, size and the descriptor's annotations, such as the layer's
-// org.rekindle.layer.in-place) and every manifest annotation but the
-// signature's own two. The layer holds the CRIU images, spec.dump,
-// config.dump (which pins the base image by digest) and the rootfs diff.
-// The image's name is not signed: a signed image may be pushed, pulled and
-// tagged under any name, and the host's name policy judges the name.
-//
-// The signed bytes, payload version 1, are the lines below, each ended by
-// "\n", with one space between fields. A string field is written as its
-// length in bytes (decimal), ":" and its bytes, so no value can be read as
-// another field; a size is written in decimal.
-//
-//	rekindle-checkpoint-signature v1
-//	config MEDIATYPE DIGEST SIZE
-//	config-annotation KEY VALUE          (the config descriptor's, keys sorted)
-//	layer MEDIATYPE DIGEST SIZE          (each layer in the manifest's order)
-//	layer-annotation KEY VALUE           (that layer descriptor's, keys sorted)
-//	annotation KEY VALUE                 (the manifest's, keys sorted, without
-//	                                      org.rekindle.signature and
-//	                                      org.rekindle.signature.key)
-//
-// Keys sort by their bytes. The signature is Ed25519 (RFC 8032, no
-// pre-hash) over those bytes, stored as the annotation
-// org.rekindle.signature = "v1:" + base64 (standard, padded); the key that
-// made it is named by org.rekindle.signature.key = "sha256:" + the hex
-// SHA-256 of the public key's DER (PKIX SubjectPublicKeyInfo), the same
-// DER that a PEM "PUBLIC KEY" file holds:
-//
-//	openssl genpkey -algorithm ed25519 -out ckpt.key
-//	openssl pkey -in ckpt.key -pubout -out ckpt.pub
-//	openssl pkey -pubin -in ckpt.pub -outform DER | sha256sum
+// checkpoint_restore_keys, containerd-patches/checkpointimage-restore-only-signed-checkpoint-image).
+// What a signature covers, its payload and how it is written into the
+// manifest are the contract module's package signature, which containerd's
+// verification imports too; this file signs and verifies OCI manifests by
+// it, and reads the keys.
 
 import (
 	"bytes"
@@ -46,17 +17,12 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rsa"
-	"crypto/sha256"
 	"crypto/x509"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"os"
-	"slices"
-	"strconv"
 
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/images"
@@ -64,55 +30,33 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"rekindle.local/contract/signature"
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 )
 
 // SignatureVersion is the payload version this oci-checkpoint signs.
-const SignatureVersion = "v1"
-
-const signatureHeader = "rekindle-checkpoint-signature " + SignatureVersion
+const SignatureVersion = signature.Version
 
 // SignaturePayload returns the bytes a version 1 signature of manifest m
-// signs (see the top of this file).
+// signs (the contract's signature.Payload).
 func SignaturePayload(m ocispec.Manifest) []byte {
-	var b bytes.Buffer
-	b.WriteString(signatureHeader + "\n")
-	desc := func(kind string, d ocispec.Descriptor) {
-		fmt.Fprintf(&b, "%s %s %s %d\n", kind, field(d.MediaType), field(d.Digest.String()), d.Size)
-		writeAnnotations(&b, kind+"-annotation", d.Annotations, nil)
+	desc := func(d ocispec.Descriptor) signature.Descriptor {
+		return signature.Descriptor{MediaType: d.MediaType, Digest: d.Digest.String(), Size: d.Size, Annotations: d.Annotations}
 	}
-	desc("config", m.Config)
+	sm := signature.Manifest{Config: desc(m.Config), Annotations: m.Annotations}
 	for _, l := range m.Layers {
-		desc("layer", l)
+		sm.Layers = append(sm.Layers, desc(l))
 	}
-	writeAnnotations(&b, "annotation", m.Annotations, []string{annotations.Signature, annotations.SignatureKey})
-	return b.Bytes()
+	return signature.Payload(sm)
 }
-
-func writeAnnotations(b *bytes.Buffer, kind string, ann map[string]string, skip []string) {
-	keys := make([]string, 0, len(ann))
-	for k := range ann {
-		if !slices.Contains(skip, k) {
-			keys = append(keys, k)
-		}
-	}
-	slices.Sort(keys)
-	for _, k := range keys {
-		fmt.Fprintf(b, "%s %s %s\n", kind, field(k), field(ann[k]))
-	}
-}
-
-// field writes s as its length in bytes, a colon and its bytes.
-func field(s string) string { return strconv.Itoa(len(s)) + ":" + s }
 
 // KeyID names public key pub: "sha256:" and the hex SHA-256 of its DER.
 func KeyID(pub ed25519.PublicKey) string {
-	der, err := x509.MarshalPKIXPublicKey(pub)
+	id, err := signature.KeyID(pub)
 	if err != nil { // only for a key of the wrong length
 		panic(err)
 	}
-	sum := sha256.Sum256(der)
-	return "sha256:" + hex.EncodeToString(sum[:])
+	return id
 }
 
 // SignManifest signs m with key, setting its signature annotations (a
@@ -123,7 +67,7 @@ func SignManifest(m *ocispec.Manifest, key ed25519.PrivateKey) string {
 	}
 	sig := ed25519.Sign(key, SignaturePayload(*m))
 	id := KeyID(key.Public().(ed25519.PublicKey))
-	m.Annotations[annotations.Signature] = SignatureVersion + ":" + base64.StdEncoding.EncodeToString(sig)
+	m.Annotations[annotations.Signature] = signature.Encode(sig)
 	m.Annotations[annotations.SignatureKey] = id
 	return id
 }
@@ -139,9 +83,8 @@ func VerifyManifest(m ocispec.Manifest, keys map[string]ed25519.PublicKey) (stri
 	if !ok {
 		return "", fmt.Errorf("the manifest is signed by key %q, which is not one of the keys given", id)
 	}
-	enc, ok := bytes.CutPrefix([]byte(value), []byte(SignatureVersion+":"))
-	sig, err := base64.StdEncoding.DecodeString(string(enc))
-	if !ok || err != nil || len(sig) != ed25519.SignatureSize {
+	sig, ok := signature.Decode(value)
+	if !ok {
 		return "", fmt.Errorf("the manifest's %s is not a %s Ed25519 signature", annotations.Signature, SignatureVersion)
 	}
 	if !ed25519.Verify(key, SignaturePayload(m), sig) {

@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"encoding/pem"
+	"maps"
 	"os"
 	"path/filepath"
 	"strings"
@@ -22,59 +23,41 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"rekindle.local/contract/signature"
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 )
 
-// The test vector's key pair, as 'openssl genpkey -algorithm ed25519' and
-// 'openssl pkey -pubout' wrote it; containerd-patches/checkpointimage-restore-only-signed-checkpoint-image's
-// TestSignatureVector holds the same public key, manifest and signature.
-const (
-	vectorKey = `-----BEGIN PRIVATE KEY-----
-MC4CAQAwBQYDK2VwBCIEIPuf95JJWTbkZcJt/x3nk3Lr0Z8pLm7RCyQj1SCoQYx6
------END PRIVATE KEY-----
-`
-	vectorPub = `-----BEGIN PUBLIC KEY-----
-MCowBQYDK2VwAyEA34JkhQXY+JitA0JLk7TOoO/qlfyg2vEKIV8x89hdodo=
------END PUBLIC KEY-----
-`
-	// openssl pkey -pubin -in vector.pub -outform DER | sha256sum
-	vectorKeyID = "sha256:cd0758a96c11d0ca1deba379d80fcd42c4234c9bbd4d6f4d56fc656c4897afc4"
-	// openssl pkeyutl -sign -inkey vector.key -rawin -in PAYLOAD | base64
-	vectorSignature = "v1:jiXDb0u3687z5bJWA5bfKcinG7HLTOsi9+p/9DR3ZzfNNFF+UCIfGTxew2wFJhIX0z5/Xku6ek3eYL2tb52zBQ=="
-	vectorPayload   = `rekindle-checkpoint-signature v1
-config 40:application/vnd.oci.image.config.v1+json 71:sha256:1111111111111111111111111111111111111111111111111111111111111111 1234
-layer 38:application/vnd.oci.image.layer.v1.tar 71:sha256:2222222222222222222222222222222222222222222222222222222222222222 567890
-layer-annotation 27:org.rekindle.layer.in-place 5:erofs
-annotation 47:io.kubernetes.cri-o.annotations.checkpoint.name 6:engine
-annotation 34:org.criu.checkpoint.container.name 6:engine
-annotation 30:org.rekindle.checkpoint.phases 25:{"dump": 1.5}
-second line
-annotation 29:org.rekindle.restore.fallback 4:cold
-`
+// The test vector, the contract module's (signature.Vector), which
+// containerd-patches/checkpointimage-restore-only-signed-checkpoint-image's
+// TestSignatureVector runs too.
+var vector = func() signature.TestVector {
+	v, err := signature.Vector()
+	if err != nil {
+		panic(err)
+	}
+	return v
+}()
+
+var (
+	vectorKey       = vector.PrivateKey
+	vectorPub       = vector.PublicKey
+	vectorKeyID     = vector.KeyID
+	vectorSignature = vector.Signature
+	vectorPayload   = vector.Payload
 )
 
-// vectorManifest is the test vector's manifest.
+// vectorManifest is the test vector's manifest, as an OCI manifest.
 func vectorManifest() ocispec.Manifest {
-	return ocispec.Manifest{
-		MediaType: ocispec.MediaTypeImageManifest,
-		Config: ocispec.Descriptor{
-			MediaType: ocispec.MediaTypeImageConfig,
-			Digest:    "sha256:1111111111111111111111111111111111111111111111111111111111111111",
-			Size:      1234,
-		},
-		Layers: []ocispec.Descriptor{{
-			MediaType:   ocispec.MediaTypeImageLayer,
-			Digest:      "sha256:2222222222222222222222222222222222222222222222222222222222222222",
-			Size:        567890,
-			Annotations: map[string]string{"org.rekindle.layer.in-place": "erofs"},
-		}},
-		Annotations: map[string]string{
-			"io.kubernetes.cri-o.annotations.checkpoint.name": "engine",
-			"org.criu.checkpoint.container.name":              "engine",
-			"org.rekindle.restore.fallback":                   "cold",
-			"org.rekindle.checkpoint.phases":                  "{\"dump\": 1.5}\nsecond line",
-		},
+	desc := func(d signature.Descriptor) ocispec.Descriptor {
+		return ocispec.Descriptor{MediaType: d.MediaType, Digest: digest.Digest(d.Digest), Size: d.Size,
+			Annotations: maps.Clone(d.Annotations)}
 	}
+	m := ocispec.Manifest{MediaType: ocispec.MediaTypeImageManifest, Config: desc(vector.Manifest.Config),
+		Annotations: maps.Clone(vector.Manifest.Annotations)}
+	for _, l := range vector.Manifest.Layers {
+		m.Layers = append(m.Layers, desc(l))
+	}
+	return m
 }
 
 func writeFile(t *testing.T, name, data string) string {
