@@ -3,6 +3,7 @@ package rules
 import (
 	"go/parser"
 	"go/token"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -11,17 +12,27 @@ import (
 // The rules' verdicts are tested by the vector both readers run
 // (Vector, testdata/restore-rules.json); these pin what each says.
 
-// TestRulesImportTheStandardLibraryOnly: containerd's restore imports this
-// package, and its build adds no module but this one.
-func TestRulesImportTheStandardLibraryOnly(t *testing.T) {
-	f, err := parser.ParseFile(token.NewFileSet(), "rules.go", nil, parser.ImportsOnly)
-	if err != nil {
-		t.Fatal(err)
+// TestTheContractImportsTheStandardLibraryOnly: containerd's restore
+// imports the contract's packages, and its build adds no module but this
+// one. Every file of the module is read, tests but these aside.
+func TestTheContractImportsTheStandardLibraryOnly(t *testing.T) {
+	files, err := filepath.Glob("../*/*.go")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no Go files found beside ../rules: %v", err)
 	}
-	for _, imp := range f.Imports {
-		p, _ := strconv.Unquote(imp.Path.Value)
-		if first, _, _ := strings.Cut(p, "/"); strings.Contains(first, ".") {
-			t.Errorf("rules.go imports %s, outside the standard library", p)
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if first, _, _ := strings.Cut(p, "/"); strings.Contains(first, ".") {
+				t.Errorf("%s imports %s, outside the standard library", name, p)
+			}
 		}
 	}
 }

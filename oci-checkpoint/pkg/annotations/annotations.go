@@ -8,12 +8,13 @@ package annotations
 import (
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 
+	keys "rekindle.local/contract/annotations"
 	"rekindle.local/contract/rules"
 	"rekindle.local/contract/signature"
 )
 
 const (
-	Prefix = "org.rekindle."
+	Prefix = keys.Prefix
 	// The keys of the host facts and the format, which the restore rules
 	// read, are defined with the rules (the contract module's rules
 	// package), which containerd's preflight imports too.
@@ -42,16 +43,16 @@ const (
 	// checkpointed container's process afresh from the base image, with
 	// its original entrypoint, command and environment; without the
 	// annotation (FallbackNone) the restore fails with the reasons.
-	Fallback     = Prefix + "restore.fallback"
-	FallbackCold = "cold"
-	FallbackNone = "none"
+	Fallback     = keys.Fallback
+	FallbackCold = keys.FallbackCold
+	FallbackNone = keys.FallbackNone
 
 	// LayerInPlace, on the checkpoint layer's descriptor, asks a patched
 	// containerd (containerd-patches/diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS) to keep the uncompressed layer as
 	// an EROFS tar index over its blob rather than extract it, so the restore
 	// reads the memory pages from the blob once. Other runtimes ignore it.
-	LayerInPlace      = Prefix + "layer.in-place"
-	LayerInPlaceEROFS = "erofs"
+	LayerInPlace      = keys.LayerInPlace
+	LayerInPlaceEROFS = keys.LayerInPlaceEROFS
 	// LayerPages, on the checkpoint layer's descriptor, says that the
 	// layer's pages images are compressed (pages-N.img.zst, zstd's seekable
 	// format): only a runtime that decodes them restores it.
