@@ -1,11 +1,11 @@
 package checkpoint
 
 import (
-	"encoding/binary"
 	"io"
 	"os"
 	"regexp"
 
+	"rekindle.local/contract/pages"
 	"rekindle.local/oci-checkpoint/pkg/progress"
 )
 
@@ -17,24 +17,10 @@ import (
 const CompressionPages = "pages"
 
 // PagesSuffix is added to the name of a compressed pages image:
-// checkpoint/pages-N.img.zst. A CRIU that cannot read it finds no
-// pages-N.img and fails, rather than reading compressed bytes as pages.
-const PagesSuffix = ".zst"
-
-// pagesFrameSize is how much of a pages image each frame holds: small
-// enough that a restore decodes an image on every core, large enough to
-// compress as well as one stream (within 2% on vLLM's heaps).
-const pagesFrameSize = 4 << 20
-
-// The zstd seekable format (zstd's contrib/seekable_format): after the
-// frames, a skippable frame holding each frame's compressed and content
-// size, then a footer. Any zstd decoder reads the file as one stream and
-// skips the table.
-const (
-	seekTableMagic = 0x184D2A5E
-	seekableMagic  = 0x8F92EAB1
-	seekFooterSize = 9
-)
+// checkpoint/pages-N.img.zst, in the zstd seekable format that the
+// contract module's package pages describes, and containerd's runc shim
+// reads by it.
+const PagesSuffix = pages.Suffix
 
 var pagesImage = regexp.MustCompile(`^pages-[0-9]+\.img$`)
 
@@ -56,10 +42,9 @@ func compressPages(r io.Reader, dir string, count *progress.Counter) (_ *os.File
 			os.Remove(f.Name())
 		}
 	}()
-	var table []byte
-	zw, err := newZstdFramesOf(f, pagesFrameSize, func(c, d int) {
-		table = binary.LittleEndian.AppendUint32(table, uint32(c))
-		table = binary.LittleEndian.AppendUint32(table, uint32(d))
+	var sizes [][2]uint32
+	zw, err := newZstdFramesOf(f, pages.FrameSize, func(c, d int) {
+		sizes = append(sizes, [2]uint32{uint32(c), uint32(d)})
 	})
 	if err != nil {
 		return nil, 0, err
@@ -74,7 +59,7 @@ func compressPages(r io.Reader, dir string, count *progress.Counter) (_ *os.File
 	if err != nil {
 		return nil, 0, err
 	}
-	if _, err = f.Write(seekTable(table)); err != nil {
+	if _, err = f.Write(pages.SeekTable(sizes)); err != nil {
 		return nil, 0, err
 	}
 	if size, err = f.Seek(0, io.SeekCurrent); err != nil {
@@ -82,17 +67,4 @@ func compressPages(r io.Reader, dir string, count *progress.Counter) (_ *os.File
 	}
 	_, err = f.Seek(0, io.SeekStart)
 	return f, size, err
-}
-
-// seekTable frames entries (8 bytes a frame: compressed, content size) as
-// the seekable format's skippable frame, without checksums (each frame
-// carries its own).
-func seekTable(entries []byte) []byte {
-	n := len(entries) / 8
-	b := binary.LittleEndian.AppendUint32(nil, seekTableMagic)
-	b = binary.LittleEndian.AppendUint32(b, uint32(len(entries)+seekFooterSize))
-	b = append(b, entries...)
-	b = binary.LittleEndian.AppendUint32(b, uint32(n))
-	b = append(b, 0) // descriptor: no checksums
-	return binary.LittleEndian.AppendUint32(b, seekableMagic)
 }

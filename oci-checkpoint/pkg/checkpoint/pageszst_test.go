@@ -3,9 +3,7 @@ package checkpoint
 import (
 	"archive/tar"
 	"bytes"
-	"encoding/binary"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,57 +11,12 @@ import (
 
 	"github.com/klauspost/compress/zstd"
 
+	"rekindle.local/contract/pages"
 	"rekindle.local/oci-checkpoint/pkg/progress"
 )
 
-// seekFrame is one frame of a seekable file: where it is and what it holds.
-type seekFrame struct {
-	Off, Size           int64 // compressed
-	ContentOff, Content int64
-}
-
-var errNotSeekable = errors.New("not a zstd seekable file")
-
-// readSeekTable reads the frames of a seekable file of size bytes.
-func readSeekTable(r io.ReaderAt, size int64) ([]seekFrame, error) {
-	var foot [seekFooterSize]byte
-	if size < 8+seekFooterSize {
-		return nil, errNotSeekable
-	}
-	if _, err := r.ReadAt(foot[:], size-seekFooterSize); err != nil {
-		return nil, err
-	}
-	if binary.LittleEndian.Uint32(foot[5:]) != seekableMagic || foot[4] != 0 {
-		return nil, fmt.Errorf("%w: no footer, or checksums", errNotSeekable)
-	}
-	n := int64(binary.LittleEndian.Uint32(foot[:4]))
-	tableSize := 8 + 8*n + seekFooterSize
-	if tableSize > size {
-		return nil, fmt.Errorf("%w: %d frames do not fit in %d bytes", errNotSeekable, n, size)
-	}
-	table := make([]byte, tableSize-seekFooterSize)
-	if _, err := r.ReadAt(table, size-tableSize); err != nil {
-		return nil, err
-	}
-	if binary.LittleEndian.Uint32(table) != seekTableMagic || int64(binary.LittleEndian.Uint32(table[4:])) != 8*n+seekFooterSize {
-		return nil, fmt.Errorf("%w: bad seek table header", errNotSeekable)
-	}
-	frames := make([]seekFrame, n)
-	var off, content int64
-	for i := range frames {
-		e := table[8+8*i:]
-		frames[i] = seekFrame{off, int64(binary.LittleEndian.Uint32(e)), content, int64(binary.LittleEndian.Uint32(e[4:]))}
-		off += frames[i].Size
-		content += frames[i].Content
-	}
-	if off != size-tableSize {
-		return nil, fmt.Errorf("%w: frames of %d bytes before a table at %d", errNotSeekable, off, size-tableSize)
-	}
-	return frames, nil
-}
-
 func TestCompressPagesIsSeekableZstd(t *testing.T) {
-	src := pagesLike(3*pagesFrameSize+12345, 7)
+	src := pagesLike(3*pages.FrameSize+12345, 7)
 	var count progress.Counter
 	f, size, err := compressPages(bytes.NewReader(src), t.TempDir(), &count)
 	if err != nil {
@@ -93,18 +46,18 @@ func TestCompressPagesIsSeekableZstd(t *testing.T) {
 	}
 
 	// A restore decodes each frame on its own, at its place.
-	frames, err := readSeekTable(bytes.NewReader(z), size)
+	frames, _, err := pages.ReadSeekTable(bytes.NewReader(z), size)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(frames) != 4 {
-		t.Fatalf("%d frames, want 4 (three of %d bytes and the rest)", len(frames), pagesFrameSize)
+		t.Fatalf("%d frames, want 4 (three of %d bytes and the rest)", len(frames), pages.FrameSize)
 	}
 	one, _ := zstd.NewReader(nil)
 	defer one.Close()
 	for i, fr := range frames {
-		if i < 3 && fr.Content != pagesFrameSize {
-			t.Errorf("frame %d holds %d bytes, want %d", i, fr.Content, pagesFrameSize)
+		if i < 3 && fr.Content != pages.FrameSize {
+			t.Errorf("frame %d holds %d bytes, want %d", i, fr.Content, pages.FrameSize)
 		}
 		got, err := one.DecodeAll(z[fr.Off:fr.Off+fr.Size], nil)
 		if err != nil || !bytes.Equal(got, src[fr.ContentOff:fr.ContentOff+fr.Content]) {
@@ -120,7 +73,7 @@ func TestCompressPagesEmpty(t *testing.T) {
 	}
 	defer f.Close()
 	z, _ := io.ReadAll(f)
-	frames, err := readSeekTable(bytes.NewReader(z), size)
+	frames, _, err := pages.ReadSeekTable(bytes.NewReader(z), size)
 	if err != nil || len(frames) != 0 {
 		t.Fatalf("empty image: %d frames, %v", len(frames), err)
 	}
@@ -129,7 +82,7 @@ func TestCompressPagesEmpty(t *testing.T) {
 func TestCompressPagesSourceErrorLeavesNoFile(t *testing.T) {
 	dir := t.TempDir()
 	boom := errors.New("boom")
-	_, _, err := compressPages(io.MultiReader(bytes.NewReader(pagesLike(pagesFrameSize+1, 1)), errReader{boom}), dir, new(progress.Counter))
+	_, _, err := compressPages(io.MultiReader(bytes.NewReader(pagesLike(pages.FrameSize+1, 1)), errReader{boom}), dir, new(progress.Counter))
 	if !errors.Is(err, boom) {
 		t.Fatalf("err = %v, want the source's", err)
 	}
@@ -152,7 +105,7 @@ func TestWriteTarCompressesOnlyPagesImages(t *testing.T) {
 		t.Fatal(err)
 	}
 	files := map[string][]byte{
-		"checkpoint/pages-1.img":   pagesLike(pagesFrameSize+4096, 2),
+		"checkpoint/pages-1.img":   pagesLike(pages.FrameSize+4096, 2),
 		"checkpoint/pages-12.img":  pagesLike(8192, 3),
 		"checkpoint/pagemap-1.img": []byte("pagemap"),
 		"checkpoint/pages-1.imgx":  []byte("not a pages image"),
