@@ -67,8 +67,7 @@ teardown() {
 
 skip_if_no_vllm() {
 	skip_if_no_gpu
-	compgen -G '/etc/cdi/*.yaml' >/dev/null || compgen -G '/var/run/cdi/*.yaml' >/dev/null ||
-		skip "no CDI spec for nvidia.com/gpu in /etc/cdi (tests/gpu/run.sh makes one)"
+	skip_if_no_cdi
 	PYTHONPATH=$SITE "$HOST_PY" -c 'import vllm' 2>/dev/null ||
 		skip "no vLLM importable from $SITE with $HOST_PY: install vLLM 0.24.0 there (pip install --target $SITE vllm==0.24.0; images/README.md, vLLM engine) or set REKINDLE_VLLM_SITE"
 }
@@ -76,19 +75,10 @@ skip_if_no_vllm() {
 # vllm_setup: once per file: the stack, the image, the model, and the flags
 # that bind the host's Python and vLLM into the container.
 vllm_setup() {
-	export RK_DIR=$BATS_FILE_TMPDIR/rk
-	if [ ! -f "$BATS_FILE_TMPDIR/stack-up" ]; then
-		stack_up
-		touch "$BATS_FILE_TMPDIR/stack-up"
-		local tar
-		for tar in "$IMAGES/vllm-engine.tar" "$BIN/../images/vllm-engine.tar"; do
-			[ -f "$tar" ] && break
-		done
-		[ -f "$tar" ] || die "vllm-engine.tar is in neither $IMAGES nor $BIN/../images: run 'make build/images/vllm-engine.tar'"
-		run_nerdctl load -i "$tar"
+	engine_stack_up vllm-engine
+	if [ "$STACK_FRESH" = 1 ]; then
 		[ -f "$MODEL/config.json" ] || run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" "$MODEL"
-		PYTHONPATH=$SITE "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
-			>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
+		host_pyflags
 		say "vLLM $(PYTHONPATH=$SITE "$HOST_PY" -c 'import vllm; print(vllm.__version__)') from $SITE, model $MODEL"
 	fi
 	mapfile -t PYFLAGS <"$BATS_FILE_TMPDIR/pyflags"

@@ -55,8 +55,7 @@ teardown() {
 
 skip_if_no_sglang() {
 	skip_if_no_gpu
-	compgen -G '/etc/cdi/*.yaml' >/dev/null || compgen -G '/var/run/cdi/*.yaml' >/dev/null ||
-		skip "no CDI spec for nvidia.com/gpu in /etc/cdi (tests/gpu/run.sh makes one)"
+	skip_if_no_cdi
 	[ -d "$SITE/sglang" ] ||
 		skip "no SGLang in $SITE: install SGLang 0.5.17 there (integrations/sglang/wheels.sh; images/README.md, SGLang engine) or set REKINDLE_SGLANG_SITE"
 }
@@ -64,20 +63,11 @@ skip_if_no_sglang() {
 # sglang_setup: once per file: the stack, the image, the model, and the flags
 # that bind the host's Python and the SGLang site into the container.
 sglang_setup() {
-	export RK_DIR=$BATS_FILE_TMPDIR/rk
-	if [ ! -f "$BATS_FILE_TMPDIR/stack-up" ]; then
-		stack_up
-		touch "$BATS_FILE_TMPDIR/stack-up"
-		local tar
-		for tar in "$IMAGES/sglang-engine.tar" "$BIN/../images/sglang-engine.tar"; do
-			[ -f "$tar" ] && break
-		done
-		[ -f "$tar" ] || die "sglang-engine.tar is in neither $IMAGES nor $BIN/../images: run 'make build/images/sglang-engine.tar'"
-		run_nerdctl load -i "$tar"
+	engine_stack_up sglang-engine
+	if [ "$STACK_FRESH" = 1 ]; then
 		[ -f "$MODEL/config.json" ] || run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" "$MODEL"
 		prebuild "$MODEL"
-		PYTHONPATH=$SITE "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
-			>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
+		host_pyflags
 		grep -q -- "--volume=$SITE:$SITE:" "$BATS_FILE_TMPDIR/pyflags" ||
 			die "host-python.sh does not bind $SITE: $(cat "$BATS_FILE_TMPDIR/pyflags")"
 		say "SGLang $(sed -n 's/^Version: //p' "$SITE"/sglang-*.dist-info/METADATA) from $SITE, model $MODEL"

@@ -37,3 +37,36 @@ wake_status() {
 restored_line() {
 	grep -o 'restored from checkpoint image [^"]*' "$RK_DIR/containerd.log" | tail -1
 }
+
+# skip_if_no_cdi: the GPU tests give containers GPUs through CDI.
+skip_if_no_cdi() {
+	compgen -G '/etc/cdi/*.yaml' >/dev/null || compgen -G '/var/run/cdi/*.yaml' >/dev/null ||
+		skip "no CDI spec for nvidia.com/gpu in /etc/cdi (tests/gpu/run.sh makes one)"
+}
+
+# engine_stack_up IMAGE: once per file, the stack (RK_DIR) and the image
+# archive IMAGE.tar loaded, from the build or the GPU bundle. STACK_FRESH is
+# 1 when it brought them up now, 0 when an earlier test of the file had.
+# (Not for an if: a failure there would not end the test.)
+engine_stack_up() {
+	export RK_DIR=$BATS_FILE_TMPDIR/rk
+	STACK_FRESH=0
+	[ ! -f "$BATS_FILE_TMPDIR/stack-up" ] || return 0
+	STACK_FRESH=1
+	stack_up
+	touch "$BATS_FILE_TMPDIR/stack-up"
+	local tar
+	for tar in "$IMAGES/$1.tar" "$BIN/../images/$1.tar"; do
+		[ -f "$tar" ] && break
+	done
+	[ -f "$tar" ] || die "$1.tar is in neither $IMAGES nor $BIN/../images: run 'make build/images/$1.tar'"
+	run_nerdctl load -i "$tar"
+}
+
+# host_pyflags: the nerdctl flags that bind the host's Python and the site
+# folder SITE into a container (images/gpu-engine/host-python.sh), into
+# $BATS_FILE_TMPDIR/pyflags.
+host_pyflags() {
+	PYTHONPATH=$SITE "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
+		>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
+}
