@@ -168,6 +168,13 @@ endif
 provision: build ## provision this host with ansible/ (root; CPU-only unless ANSIBLE_ARGS says otherwise)
 	cd ansible && ansible-playbook site.yml $(ANSIBLE_ARGS)
 
+# The test harness writes containerd's drop-in from the role's template
+# (scripts/containerd-config.sh); this holds the template and the key list
+# the role checks existing configurations against to the same keys.
+test-ansible: ## the containerd role's drop-in template against its key list (plain python3)
+	cd ansible/roles/containerd && python3 -B -m unittest test_dropin
+UNIT_TESTS += test-ansible
+
 test: build ## build, then run every test (CPU; GPU tests skip without a GPU)
 	REKINDLE_UNIT_TESTS="$(UNIT_TESTS)" tests/run.sh
 

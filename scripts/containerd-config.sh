@@ -1,20 +1,24 @@
 #!/usr/bin/env bash
 # containerd-config.sh DIR BINDIR: print a containerd config that keeps all
 # of containerd's root, state, sockets and network namespaces under DIR, so
-# a test run can be torn down completely and runs never collide.
+# a test run can be torn down completely and runs never collide. Rekindle's
+# own settings come as on a provisioned host: DIR/rekindle.toml, which the
+# config imports, is the Ansible role's drop-in template
+# (ansible/roles/containerd/templates/rekindle.toml.j2) rendered with the
+# test values below; this file adds only what a test run needs beside it.
 #
 # CONTAINERD_RESTORE_IMAGES is the TOML list of image name patterns whose
 # checkpoint images this containerd restores (containerd-patches/checkpointimage-restore-only-the-checkpoint-images-t); by
 # default the names the tests and the demo use: images made on this host
 # (rekindle.local/...) and the tests' registries on loopback. Set it empty
-# to leave the option out, as a host without a policy has it: no checkpoint
-# image restores then.
+# for an empty policy, the Ansible role's default: no checkpoint image
+# restores then.
 #
 # CONTAINERD_RESTORE_KEYS (a TOML list of PEM public key files) and
 # CONTAINERD_RESTORE_REQUIRE_SIGNATURE (true or false) set
 # checkpoint_restore_keys and checkpoint_restore_require_signature
 # (containerd-patches/checkpointimage-restore-only-signed-checkpoint-image); unset,
-# the default, they are left out: no signature is required.
+# no keys and no signature required, the role's defaults.
 #
 # CONTAINERD_DISABLE_READ_AHEAD=true sets disable_checkpoint_read_ahead: a
 # restore's pages images are then read by CRIU alone
@@ -25,7 +29,7 @@
 # and checkpoint_restore_max_decoded_pages
 # (containerd-patches/runc-shim-kill-a-restore-that-outlasts-checkpoint_re,
 # containerd-patches/runc-shim-bound-the-decoded-pages-images-by-the-cont);
-# unset, they are left out: 10 minutes, half the host's memory.
+# unset, 10 minutes and half the host's memory, the role's defaults.
 set -euo pipefail
 dir=$1 bin=$2
 restore_images=${CONTAINERD_RESTORE_IMAGES-'["rekindle.local", "127.0.0.1:*"]'}
@@ -41,19 +45,33 @@ for v in CONTAINERD_RESTORE_REQUIRE_SIGNATURE CONTAINERD_DISABLE_READ_AHEAD; do
 		;;
 	esac
 done
+here=$(cd "$(dirname "$0")" && pwd)
+# The role's variables, as the test chooses them (TOML lists read as such).
+vars=$(python3 - "$dir" "$bin" "$restore_images" "$restore_keys" "${require_signature:-false}" \
+	"${restore_timeout:-10m}" "$max_decoded_pages" "${CONTAINERD_TASK_STATE_TIMEOUT:-120s}" <<'PY'
+import json, sys, tomllib
+d, b, images, keys, require, timeout, pages, state = sys.argv[1:]
+toml_list = lambda s: tomllib.loads("v = " + s)["v"] if s.strip() else []
+print(json.dumps({
+    "ansible_role_name": "containerd", "containerd_config_file": d + "/config.toml",
+    "containerd_task_state_timeout": state,
+    "containerd_restore_images": toml_list(images), "containerd_restore_key_files": toml_list(keys),
+    "containerd_restore_require_signature": require == "true",
+    "containerd_restore_timeout": timeout, "containerd_restore_max_decoded_pages": pages,
+    "containerd_cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"], "containerd_enable_criu": True,
+    # CRI restores checkpoint images (crictl) whatever the policy, which judges them.
+    "containerd_restore_via_create": True, "containerd_runc": b + "/runc"}))
+PY
+)
+python3 "$here/render-template.py" "$here/../ansible/roles/containerd/templates/rekindle.toml.j2" "$vars" >"$dir/rekindle.toml.tmp"
+mv "$dir/rekindle.toml.tmp" "$dir/rekindle.toml"
 cat <<TOML
 version = 4
 root = "$dir/root"
 state = "$dir/state"
-# Nothing from the host's /etc/containerd: a test run sees only this file.
-imports = []
-
-# A task's state is asked for (nerdctl's log driver does) while runc restores
-# it, which takes as long as CRIU does; at the default 2 s the caller gives
-# up and closes the container's stdio pipes, and the restored engine dies on
-# its first write. Seen with a 2 GB checkpoint (make bench).
-[timeouts]
-  "io.containerd.timeout.task.state" = "${CONTAINERD_TASK_STATE_TIMEOUT:-120s}"
+# Nothing from the host's /etc/containerd: a test run sees this file and
+# Rekindle's drop-in, written beside it from the role's template.
+imports = ["$dir/rekindle.toml"]
 
 [debug]
   level = "${CONTAINERD_LOG_LEVEL:-info}"
@@ -65,22 +83,10 @@ imports = []
   address = "$dir/containerd.sock.ttrpc"
 
 [plugins.'io.containerd.service.v1.tasks-service']
-$(
-	[ -z "$restore_images" ] || echo "  checkpoint_restore_images = $restore_images"
-	[ -z "$restore_keys" ] || echo "  checkpoint_restore_keys = $restore_keys"
-	[ -z "$require_signature" ] || echo "  checkpoint_restore_require_signature = $require_signature"
-	[ -z "$disable_read_ahead" ] || echo "  disable_checkpoint_read_ahead = $disable_read_ahead"
-	[ -z "$restore_timeout" ] || echo "  checkpoint_restore_timeout = \"$restore_timeout\""
-	[ -z "$max_decoded_pages" ] || echo "  checkpoint_restore_max_decoded_pages = \"$max_decoded_pages\""
-)
+$([ -z "$disable_read_ahead" ] || echo "  disable_checkpoint_read_ahead = $disable_read_ahead")
 
 [plugins.'io.containerd.cri.v1.runtime']
-  enable_cdi = true
-  cdi_spec_dirs = ["/etc/cdi", "/var/run/cdi"]
   netns_mounts_under_state_dir = true
-  # CRI CreateContainer restores checkpoint images (crictl, kubelet), those
-  # that checkpoint_restore_images allows.
-  enable_experimental_restore_via_create = true
   # Pod sandboxes ask for oom_score_adj -998; where containerd may not lower
   # it (no CAP_SYS_RESOURCE, as on the dev VM) they get containerd's own.
   restrict_oom_score_adj = true

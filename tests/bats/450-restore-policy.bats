@@ -6,7 +6,7 @@
 # image from elsewhere is refused, through nerdctl and through CRI, naming
 # the image, the option and the fix, and leaves nothing; one made with
 # --fallback cold starts cold from its base image instead, saying why. With
-# the option unset, containerd's default, no checkpoint image restores.
+# the option empty, the Ansible role's default, no checkpoint image restores.
 #
 # The test configuration (scripts/containerd-config.sh) allows
 # rekindle.local and the loopback registries; the images "from elsewhere"
@@ -215,7 +215,7 @@ rewrite_manifest() {
 	[[ $(jq -r .labels.reasons <<<"$ev") == *"checkpoint_restore_images"* ]] || die "the event does not give the reason"
 }
 
-@test "with checkpoint_restore_images unset (containerd's default), no checkpoint image restores" {
+@test "with checkpoint_restore_images empty (the Ansible role's default), no checkpoint image restores" {
 	local port image=rekindle.local/ckpt:policy-default
 	port=$(free_port)
 	start_engine dsrc "$port"
