@@ -10,6 +10,11 @@ one-token request sent first (the first token as a client sees it, the
 clock of 510-vllm.bats); PROMPT's whole answer, which the bench compares
 across restores, follows it (t_full_answer).
 
+BENCH_API=sglang (an SGLang server): ready is GET /health answering 200
+(Rekindle's SGLang plugin answers 503 until the wake has resumed the memory
+and reloaded the weights), PROMPT goes to /generate, there is no /state, and
+t_answer is again the end of a one-token request sent first.
+
 A health poll gives up after 250 ms: while a container's network comes up, a
 connection to the published port can be accepted and never answered (seen
 here: 5 s stalls), and a long timeout would be counted as start time.
@@ -28,7 +33,8 @@ def call(method, path, body=None, wait=600.0):
     finally:
         c.close()
 
-openai = os.environ.get("BENCH_API") == "openai"
+api = os.environ.get("BENCH_API", "")
+openai, sglang = api == "openai", api == "sglang"
 t_start, polls, last = time.time(), 0, ""
 while True:
     polls += 1
@@ -46,8 +52,13 @@ while True:
 t_health = time.time()
 t_first = None
 try:
-    if openai:
-        status, body = call("POST", "/v1/completions", json.dumps(dict(json.loads(prompt), max_tokens=1)).encode())
+    if openai or sglang:
+        one = json.loads(prompt)
+        if openai:
+            one["max_tokens"] = 1
+        else:
+            one["sampling_params"] = dict(one.get("sampling_params", {}), max_new_tokens=1)
+        status, body = call("POST", "/v1/completions" if openai else "/generate", json.dumps(one).encode())
         if status != 200:
             raise ValueError(f"HTTP {status}: {body[:200]!r}")
         t_first = time.time()
@@ -61,7 +72,7 @@ except (OSError, ValueError, KeyError, IndexError) as e:
     print(json.dumps({"error": f"the first completion failed: {e}", "t_health": t_health}))
     sys.exit(1)
 t_full = time.time()
-state = {} if openai else json.loads(call("GET", "/state", wait=60.0)[1])
-times = {"t_answer": t_first, "t_full_answer": t_full} if openai else {"t_answer": t_full}
+state = {} if openai or sglang else json.loads(call("GET", "/state", wait=60.0)[1])
+times = {"t_answer": t_first, "t_full_answer": t_full} if openai or sglang else {"t_answer": t_full}
 print(json.dumps({"t_poll_start": t_start, "t_health": t_health, **times, "polls": polls,
                   "text": answer.get("text"), "output_ids": answer.get("output_ids"), "state": state}))

@@ -57,7 +57,8 @@
 #   BENCH_TASK_STATE_TIMEOUT  containerd's task state timeout for this run (default 120s, see below)
 #   BENCH_CHECKPOINT_FLAGS  extra `oci-checkpoint create` flags, shell-quoted
 #   BENCH_EXTRA_BANDWIDTH  a command printing a JSON object of more floors, run each repetition
-#   BENCH_API          openai: the engine is a vLLM server (gpu-bench.sh sets it), see bench-poll.py
+#   BENCH_API          openai: the engine is a vLLM server, sglang: an SGLang server (gpu-bench.sh
+#                      sets it), see bench-poll.py
 #   REKINDLE_CUDA_CHECKPOINT_LOG  (GPU) cuda-checkpoint's log; its timed steps give each
 #                      restore's CUDA restore, inside CRIU restore (gpu-bench.sh sets it)
 #
@@ -190,6 +191,8 @@ prompt='{"text": "the quick brown fox", "max_new_tokens": 16}'
 # BENCH_API=openai: a vLLM server, asked through its OpenAI API (bench-poll.py).
 [ "${BENCH_API:-}" = openai ] &&
 	prompt='{"model": "/models/model", "prompt": "Rekindle restores warm GPU engines in seconds.", "max_tokens": 32, "temperature": 0, "ignore_eos": true, "return_token_ids": true}'
+[ "${BENCH_API:-}" = sglang ] &&
+	prompt='{"text": "Rekindle restores warm GPU engines in seconds.", "sampling_params": {"max_new_tokens": 32, "temperature": 0, "ignore_eos": true}}'
 timeout=${BENCH_TIMEOUT:-$([ "$engine" = gpu ] && echo 900 || echo 120)}
 gpu_port=${BENCH_PORT:-30000}
 

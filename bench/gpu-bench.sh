@@ -24,12 +24,17 @@
 #                        transformers' model code, torch.compile, CUDA graphs; cold starts take minutes)
 #                        or vllm (the vllm-engine image: the host's vLLM on REKINDLE_VLLM_MODEL,
 #                        checkpointed with --engine vllm; vLLM from REKINDLE_VLLM_SITE)
+#                        or sglang (the sglang-engine image: the host's SGLang from REKINDLE_SGLANG_SITE
+#                        on the same model, checkpointed with --engine sglang; its kernels prebuilt by
+#                        integrations/sglang/prebuild-kernels.sh)
 #   GPU_BENCH_VLLM_ARGS  vllm: more vllm serve flags (--max-model-len 2048 --gpu-memory-utilization 0.4)
-#   GPU_BENCH_VLLM_SHAPE vllm: the model's shape, tests/gpu/make-model.py --shape (qwen2-1b; qwen3-8b is
-#                        16.4 GB), made in REKINDLE_VLLM_MODEL (/var/tmp/rekindle-vllm-model, or
+#   GPU_BENCH_SGLANG_ARGS sglang: more launch_server flags (--context-length 2048 --mem-fraction-static 0.4
+#                        --cuda-graph-max-bs 8)
+#   GPU_BENCH_VLLM_SHAPE vllm, sglang: the model's shape, tests/gpu/make-model.py --shape (qwen2-1b; qwen3-8b
+#                        is 16.4 GB), made in REKINDLE_VLLM_MODEL (/var/tmp/rekindle-vllm-model, or
 #                        /var/tmp/rekindle-vllm-SHAPE for another shape) when absent; with
-#                        GPU_BENCH_WEIGHT_SET=1 the set is loaded from that folder and vLLM reads it
-#                        through integrations/vllm/rekindle_vllm.py
+#                        GPU_BENCH_WEIGHT_SET=1 the set is loaded from that folder and the engine reads
+#                        it through its plugin (integrations/vllm/rekindle_vllm.py, integrations/sglang/rekindle_sglang.py)
 #   GPU_BENCH_GB         model size, ENGINE_PARAMS_GB (8: Qwen2.5-7B shapes, 12 layers; 1 for transformers)
 #   GPU_BENCH_PORT       engine port on the host network (30000)
 #   GPU_BENCH_H2D_MB     bytes copied per host-to-device measure (1024)
@@ -72,7 +77,8 @@ tp=${GPU_BENCH_TP:-1}
 nrep=${GPU_BENCH_REPLICAS:-1}
 [[ $tp =~ ^[1-9][0-9]*$ ]] || die "GPU_BENCH_TP=$tp: want a positive integer"
 [[ $nrep =~ ^[1-9][0-9]*$ ]] || die "GPU_BENCH_REPLICAS=$nrep: want a positive integer"
-[ "$tp" -eq 1 ] || [ "${GPU_BENCH_ENGINE:-}" = vllm ] || die "GPU_BENCH_TP=$tp: tensor parallel is for GPU_BENCH_ENGINE=vllm"
+case ${GPU_BENCH_ENGINE:-reference} in vllm | sglang) llm=1 ;; *) llm=0 ;; esac
+[ "$tp" -eq 1 ] || [ "$llm" = 1 ] || die "GPU_BENCH_TP=$tp: tensor parallel is for GPU_BENCH_ENGINE=vllm or sglang"
 ngpu=$(nvidia-smi -L | wc -l)
 [ $((gpu + tp)) -le "$ngpu" ] || die "GPU_BENCH_GPU=$gpu GPU_BENCH_TP=$tp: GPUs $gpu..$((gpu + tp - 1)), this host has $ngpu"
 [ $((nrep * tp)) -le "$ngpu" ] || die "GPU_BENCH_REPLICAS=$nrep x GPU_BENCH_TP=$tp GPUs: this host has $ngpu"
@@ -95,9 +101,15 @@ vllm)
 	export BENCH_ENGINE_IMAGE=rekindle.local/vllm-engine:latest BENCH_ENGINE_TAR=vllm-engine BENCH_API=openai
 	[ -f "$images/vllm-engine.tar" ] || die "vllm-engine.tar is not in $images: run 'make build/images/vllm-engine.tar' (and rebuild the bundle)"
 	;;
-*) die "GPU_BENCH_ENGINE=$GPU_BENCH_ENGINE: want reference, transformers or vllm" ;;
+sglang)
+	gb=0
+	export BENCH_ENGINE_IMAGE=rekindle.local/sglang-engine:latest BENCH_ENGINE_TAR=sglang-engine BENCH_API=sglang
+	[ -f "$images/sglang-engine.tar" ] || die "sglang-engine.tar is not in $images: run 'make build/images/sglang-engine.tar' (and rebuild the bundle)"
+	;;
+*) die "GPU_BENCH_ENGINE=$GPU_BENCH_ENGINE: want reference, transformers, vllm or sglang" ;;
 esac
-vllm_site=${REKINDLE_VLLM_SITE:-/var/tmp/vllm-site} vllm_shape=${GPU_BENCH_VLLM_SHAPE:-qwen2-1b}
+vllm_site=${REKINDLE_VLLM_SITE:-/var/tmp/vllm-site} sglang_site=${REKINDLE_SGLANG_SITE:-/var/tmp/sglang-site}
+vllm_shape=${GPU_BENCH_VLLM_SHAPE:-qwen2-1b}
 vllm_model=${REKINDLE_VLLM_MODEL:-/var/tmp/rekindle-vllm-$([ "$vllm_shape" = qwen2-1b ] && echo model || echo "$vllm_shape")}
 port=${GPU_BENCH_PORT:-$([ "${GPU_BENCH_ENGINE:-}" = vllm ] && echo 8000 || echo 30000)}
 weights=${REKINDLE_GPU_WEIGHTS:-/var/tmp/rekindle-weights}
@@ -126,6 +138,19 @@ if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
 	site=$vllm_site
 	[ -f "$vllm_model/config.json" ] || "$py" "$root/tests/gpu/make-model.py" --shape "$vllm_shape" "$vllm_model" ||
 		die "tests/gpu/make-model.py failed"
+elif [ "${GPU_BENCH_ENGINE:-}" = sglang ]; then
+	[ -d "$sglang_site/sglang" ] ||
+		die "no SGLang in $sglang_site: install SGLang 0.5.17 there (integrations/sglang/wheels.sh; images/README.md, SGLang engine) or set REKINDLE_SGLANG_SITE"
+	site=$sglang_site
+	[ -f "$vllm_model/config.json" ] || "$py" "$root/tests/gpu/make-model.py" --shape "$vllm_shape" "$vllm_model" ||
+		die "tests/gpu/make-model.py failed"
+	sargs=${GPU_BENCH_SGLANG_ARGS:---context-length 2048 --mem-fraction-static 0.4 --cuda-graph-max-bs 8}
+	[ "$tp" -eq 1 ] || sargs+=" --tp-size $tp"
+	# The kernels SGLang compiles at first use, built here once per shape and
+	# layout: the container has no CUDA compiler.
+	PREBUILD_ARGS=$([ "$tp" -eq 1 ] || echo "--tp-size $tp") \
+		"$root/integrations/sglang/prebuild-kernels.sh" "$sglang_site" "$vllm_model" "$py" >&2 ||
+		die "integrations/sglang/prebuild-kernels.sh failed"
 elif ! "$py" -c 'import torch_memory_saver' 2>/dev/null; then
 	wheels=${REKINDLE_WHEELS:-$root/.whl}
 	whl=$(ls "$wheels"/torch_memory_saver-*.whl 2>/dev/null | tail -1)
@@ -138,7 +163,7 @@ mapfile -t pyflags < <(PYTHONPATH=${site}${site:+${PYTHONPATH:+:}}${PYTHONPATH:-
 
 # The weights file, written once, so no cold start measures its generation.
 mkdir -p "$weights"
-if [ "${GPU_BENCH_ENGINE:-}" != vllm ]; then
+if [ "$llm" = 0 ]; then
 	wfile=$weights/$(ENGINE_PARAMS_GB=$gb "$py" "$root/images/gpu-engine/server.py" config |
 		"$py" -c 'import json, os, sys; print(os.path.basename(json.load(sys.stdin)["weights_path"]))')
 	if [ ! -f "$wfile" ]; then
@@ -201,10 +226,14 @@ if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
 	BENCH_RUN_FLAGS="${pyflags[*]} --volume=$vllm_model:/models/model:ro --env=ENGINE_PORT=$port --env-file=$work/vllm.env"
 	# NCCL keeps its files in /dev/shm (docs/multi-gpu.md).
 	[ "$tp" -eq 1 ] || BENCH_RUN_FLAGS+=" --shm-size 1g"
+elif [ "${GPU_BENCH_ENGINE:-}" = sglang ]; then
+	BENCH_CHECKPOINT_FLAGS="--port $port ${GPU_BENCH_CHECKPOINT_FLAGS:---engine sglang}"
+	echo "ENGINE_SGLANG_ARGS=$sargs" >"$work/sglang.env"
+	BENCH_RUN_FLAGS="${pyflags[*]} --volume=$vllm_model:/models/model:ro --env=ENGINE_PORT=$port --env-file=$work/sglang.env --shm-size 1g"
 fi
 knobs=${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1}
 [ "${GPU_BENCH_CUDA_HOLD:-1}" = 1 ] || knobs+=" GPU_BENCH_CUDA_HOLD=0"
-[ "${GPU_BENCH_ENGINE:-}" != vllm ] || knobs+=" GPU_BENCH_VLLM_SHAPE=$vllm_shape"
+[ "$llm" = 0 ] || knobs+=" GPU_BENCH_VLLM_SHAPE=$vllm_shape"
 [ "$tp" -eq 1 ] || knobs+=" GPU_BENCH_TP=$tp"
 [ "$nrep" -eq 1 ] || knobs+=" GPU_BENCH_REPLICAS=$nrep"
 export BENCH_COMMAND="bench/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_ENGINE=${GPU_BENCH_ENGINE:-reference} GPU_BENCH_GB=$gb$knobs)"
@@ -217,13 +246,13 @@ if [ "${GPU_BENCH_WEIGHT_SET:-0}" = 1 ]; then
 	[ -x "$bin/rekindle-weights" ] || die "$bin/rekindle-weights is missing: run 'make build' (and rebuild the bundle)"
 	wroot=$work/weights-service wsock=$work/weights.sock
 	"$bin/rekindle-weights" --socket "$wsock" serve --root "$wroot" --state "$work/weights-state.json" --cdi-dir "" \
-		--quota "$([ "${GPU_BENCH_ENGINE:-}" = vllm ] && echo 0 || echo "$((gb + 2))G")" >"$work/weights-service.log" 2>&1 &
+		--quota "$([ "$llm" = 1 ] && echo 0 || echo "$((gb + 2))G")" >"$work/weights-service.log" 2>&1 &
 	wpid=$!
 	for _ in $(seq 100); do [ -S "$wsock" ] && break; sleep 0.1; done
-	# vLLM's set is its model folder's safetensors files (rekindle_vllm.py
-	# checks them against the folder); the reference engine's, its file.
-	if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
-		setname=vllm-$vllm_shape wsrc=$vllm_model
+	# vLLM's and SGLang's set is their model folder's safetensors files
+	# (their plugins check them against the folder); the reference engine's, its file.
+	if [ "$llm" = 1 ]; then
+		setname=$GPU_BENCH_ENGINE-$vllm_shape wsrc=$vllm_model
 	else
 		setname=$(basename "$wfile" .safetensors) wsrc=$wfile
 	fi

@@ -124,6 +124,17 @@ body() {
 		'{text: $t, sampling_params: {max_new_tokens: $n, temperature: 0, ignore_eos: true}}'
 }
 
+# flush NAME: empty the prefix cache. SGLang refuses (400) while a request
+# is still running, which the last one's answer can outrun (seen): retry.
+flush() {
+	local i
+	for ((i = 0; i < 40; i++)); do
+		call_in "$1" POST /flush_cache >/dev/null 2>&1 && return 0
+		sleep 0.25
+	done
+	call_in "$1" POST /flush_cache >/dev/null
+}
+
 # tokens NAME: the greedy output ids of each prompt, sent one at a time
 # after a flush of the prefix cache: a batch's shapes differ from call to
 # call, so does a prefill that starts from cached tokens, and with random
@@ -132,7 +143,7 @@ body() {
 tokens() {
 	local p answer ids=()
 	for p in "${PROMPTS[@]}"; do
-		call_in "$1" POST /flush_cache >/dev/null || return 1
+		flush "$1" || return 1
 		answer=$(call_in "$1" POST /generate "$(body "$p")") || return 1
 		ids+=("$(jq -ce '.output_ids' <<<"$answer")") || return 1
 	done
