@@ -292,7 +292,7 @@ for rep in $(seq "$reps"); do
 
 	# The pages files that this checkpoint's first restore read, and the
 	# checkpoint layer they came from: nerdctl run unpacks the layer as a
-	# snapshot, which containerd's cache then uses (containerd-patches/checkpointimage-use-the-checkpoint-image-s-unpacked);
+	# snapshot, which containerd's cache then uses (restore/checkpointimage/unpacked.go);
 	# should it extract a copy of its own, take that, the later (higher
 	# numbered) snapshot.
 	# The collector may be removing the last repetition's snapshots while

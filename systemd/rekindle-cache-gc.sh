@@ -2,7 +2,7 @@
 # rekindle-cache-gc.sh [OPTIONS]: prune the extracted-checkpoint cache of a patched
 # containerd by age and by size.
 #
-# The cache (containerd-patches/checkpointimage-cache-extracted-checkpoints-by-layer) is made of snapshots named
+# The cache (restore/checkpointimage/cache.go) is made of snapshots named
 #   checkpoint-cache/<layer digest>/data            the extracted checkpoint layer
 #   checkpoint-cache/<layer digest>/data-view       a view of it, read by CRIU
 #   checkpoint-cache/<layer digest>/rootfs/<chain>  base image + rootfs diff

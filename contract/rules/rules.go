@@ -5,7 +5,7 @@
 //
 // oci-checkpoint check (oci-checkpoint/pkg/hostinfo) and containerd's
 // restore preflight both import these rules (the contract module,
-// containerd-patches/checkpointimage-apply-oci-checkpoint-check-s-rules-i),
+// restore/checkpointimage/preflight.go),
 // and both run their test vector (Vector). So they import the standard
 // library only: containerd's build adds no module but this one.
 package rules

@@ -2,7 +2,7 @@
 """Draw Rekindle's data path as text: checkpoint -> registry -> restore.
 
 Each box says what happens and names the room a change to it belongs in: a
-file or folder of this repository, or a patch of containerd-patches/,
+file or folder of this repository (the restore engine's are in restore/), or a patch of containerd-patches/,
 runc-patches/ or criu-patches/. Patches are named by the subject their file
 name carries, and numbered from the series as it is now, so renumbering the
 series and running `make diagram` keeps the picture right; a path or patch
@@ -30,14 +30,11 @@ WIDTH = 100  # the whole box, borders included
 # Patches by a stretch of the file name that format-patch derives from the subject.
 PATCHES = {
     "c-restore": ("containerd-patches", "tasks-restore-containers-created-from-checkpoint"),
-    "c-cache": ("containerd-patches", "checkpointimage-cache-extracted-checkpoints-by-layer"),
     "c-base": ("containerd-patches", "checkpointimage-resolve-the-base-image-locally"),
     "c-phases": ("containerd-patches", "tasks-log-the-phase-times-of-each-restore"),
     "c-cri": ("containerd-patches", "cri-restore-checkpoint-images-from-the-extracted"),
-    "c-unpacked": ("containerd-patches", "checkpointimage-use-the-checkpoint-image-s-unpacked"),
     "c-drop": ("containerd-patches", "checkpointimage-drop-a-checkpoint-s-cache-entry"),
     "c-readahead": ("containerd-patches", "diff-apply-read-ahead-and-hash"),
-    "c-upper": ("containerd-patches", "checkpointimage-apply-the-rootfs-diff-into-the-overl"),
     "c-cold-host": ("containerd-patches", "checkpointimage-start-cold-when-a-host-cannot-restor"),
     "c-cold-tasks": ("containerd-patches", "tasks-start-cold-when-the-runtime-fails"),
     "c-cold-cri": ("containerd-patches", "cri-start-cold-when-the-runtime-fails"),
@@ -52,10 +49,7 @@ PATCHES = {
     "c-deadline": ("containerd-patches", "runc-shim-kill-a-restore-that-outlasts-checkpoint_re"),
     "c-erofs": ("containerd-patches", "diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS"),
     "c-mount": ("containerd-patches", "checkpointimage-read-a-checkpoint-layer-kept-in-plac"),
-    "c-directio": ("containerd-patches", "checkpointimage-mount-a-checkpoint-layer-kept-in-pla"),
     "c-pages-ahead": ("containerd-patches", "tasks-read-a-checkpoint-s-pages-images-ahead-from-ta"),
-    "c-gpus": ("containerd-patches", "checkpointimage-refuse-a-container-given-fewer-GPUs"),
-    "c-rules": ("containerd-patches", "checkpointimage-apply-oci-checkpoint-check-s-rules"),
     "c-criu-cause": ("containerd-patches", "runc-shim-name-CRIU-s-errors"),
     "c-policy": ("containerd-patches", "checkpointimage-restore-only-the-checkpoint-images"),
     "c-signature": ("containerd-patches", "checkpointimage-restore-only-signed-checkpoint-image"),
@@ -188,7 +182,7 @@ BOXES = [
      "index over it; the restore mounts that index, and CRIU reads the pages from the blob (pages "
      "images compressed with --compression pages are first decoded into memory on every core).",
      [P("c-erofs", "EROFS tar index at unpack"), P("c-mount", "read through the EROFS mount"),
-      P("c-directio", "directio unless the blob is cached"),
+      "restore/checkpointimage/inplace.go",
       P("c-pages-ahead", "pages read ahead from task create"),
       P("c-pages-zst", "compressed pages decoded into a tmpfs"),
       P("c-decode-bound", "within the container's memory limit"),
@@ -200,14 +194,14 @@ BOXES = [
      "starting.",
      [P("c-policy", "host's restore policy"), P("c-signature", "signed by a listed key"),
       P("c-cold-host", "host check, cold start"),
-      P("c-gpus", "as many GPUs of the model"), P("c-rules", "oci-checkpoint check's rules"),
+      "restore/checkpointimage/gpus.go", "restore/checkpointimage/preflight.go",
       P("c-restore", "tasks: restore on create"), P("c-cri", "CRI restores, holding its entry")]),
     ("cache",
      "The extracted-checkpoint cache, keyed by layer: the second restore unpacks nothing. The rootfs is "
      "the base image plus rootfs-diff.tar applied into the overlay's upper directory; a CRI container "
      "holds its entry; a failed restore drops it; cache-gc prunes.",
-     [P("c-cache", "the cache"), P("c-unpacked", "the unpacked image reused"),
-      P("c-upper", "rootfs diff into the upper dir"),
+     ["restore/checkpointimage/cache.go", "restore/checkpointimage/unpacked.go",
+      "restore/checkpointimage/rootfsdiff_linux.go",
       P("c-drop", "dropped after a failed restore, tasks and CRI"),
       "systemd/rekindle-cache-gc.sh"]),
     ("runc restore",

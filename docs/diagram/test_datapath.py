@@ -43,7 +43,7 @@ class Committed(unittest.TestCase):
 # its number, "-" and ".patch" (and without a trailing "-"), e.g.
 # containerd-patches/runc-shim-name-CRIU-s-errors-when-a-restore-fails.
 PATCH_FOLDERS = ("containerd-patches", "runc-patches", "criu-patches")
-SCANNED_DIRS = ("docs", "scripts", "bench", "tests", "images", "ansible", "systemd", "oci-checkpoint")
+SCANNED_DIRS = ("docs", "scripts", "bench", "tests", "images", "ansible", "systemd", "oci-checkpoint", "restore", "contract")
 SCANNED_EXTS = (".md", ".sh", ".bash", ".bats", ".py", ".go", ".c", ".h", ".yml", ".yaml", ".mk")
 REFERENCE = re.compile(r"\b(containerd|runc|criu)-patches/([A-Za-z0-9_.-]+)")
 NUMBERED = re.compile(r"\b(containerd|runc|criu)-patches/[0-9]{4}")

@@ -204,7 +204,7 @@ PY
 	run_nerdctl rm -f r1
 }
 
-# nerdctl unpacked the image to run it: containerd-patches/checkpointimage-use-the-checkpoint-image-s-unpacked reads the
+# nerdctl unpacked the image to run it: restore/checkpointimage/unpacked.go reads the
 # checkpoint from that snapshot instead of extracting the layer again.
 @test "restores read the checkpoint from the unpacked image, extracting nothing" {
 	local image=rekindle.local/ckpt:engine layer p1 p2 misses

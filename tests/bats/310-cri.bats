@@ -105,7 +105,7 @@ assert_resumed() {
 	logged "base image $ENGINE_IMAGE (sha256:[0-9a-f]*) found in the local store by digest"
 	logged "Restored container $CTR successfully"
 	# containerd-patches/cri-restore-checkpoint-images-from-the-extracted-che: CRI sets the checkpoint up in the cache once
-	# (containerd-patches/checkpointimage-use-the-checkpoint-image-s-unpacked: from the unpacked image when the import unpacked it, else by
+	# (restore/checkpointimage/unpacked.go: from the unpacked image when the import unpacked it, else by
 	# extracting the layer); a second restore of the image reads it from there.
 	logged "checkpoint cache\(: using the unpacked checkpoint image as the\| miss: building\) extracted checkpoint of checkpoint layer"
 	cri_do rmp --force "$POD"

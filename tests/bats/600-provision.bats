@@ -397,7 +397,7 @@ commit_with() {
 	snap "$ns" commit "$key" "$tmp"
 }
 
-# cache_entry NS LAYER MIB: a cache entry laid out as containerd-patches/checkpointimage-cache-extracted-checkpoints-by-layer
+# cache_entry NS LAYER MIB: a cache entry laid out as restore/checkpointimage/cache.go
 # makes it: data (MIB MiB), data-view, rootfs/<chain> on the namespace's base.
 # The patch keeps its entries alive with a back reference to the checkpoint
 # layer; these stand-ins, with no image behind them, carry a GC root label

@@ -15,7 +15,7 @@ import (
 )
 
 // Where the patched containerd keeps the root filesystem of a container it
-// restored from a checkpoint image (containerd-patches/tasks-restore-containers-created-from-checkpoint-ima, containerd-patches/checkpointimage-use-the-checkpoint-image-s-unpacked): the
+// restored from a checkpoint image (containerd-patches/tasks-restore-containers-created-from-checkpoint-ima, restore/checkpointimage/unpacked.go): the
 // container's own snapshot holds the checkpoint archive, not the files the
 // engine sees; those are in restoredRootfsPrefix+ID, on top of a cache
 // snapshot that holds the base image with the first rootfs diff applied.

@@ -1,0 +1,138 @@
+/*
+   Copyright The containerd Authors.
+
+   Licensed under the Apache License, Version 2.0 (the "License");
+   you may not use this file except in compliance with the License.
+   You may obtain a copy of the License at
+
+       http://www.apache.org/licenses/LICENSE-2.0
+
+   Unless required by applicable law or agreed to in writing, software
+   distributed under the License is distributed on an "AS IS" BASIS,
+   WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+   See the License for the specific language governing permissions and
+   limitations under the License.
+*/
+
+package checkpointimage
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/containerd/containerd/v2/core/snapshots"
+	"github.com/containerd/containerd/v2/plugins/snapshots/native"
+)
+
+func nativeRestorer(t *testing.T) (*Restorer, snapshots.Snapshotter) {
+	t.Helper()
+	sn, err := native.NewSnapshotter(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sn.Close() })
+	return &Restorer{Snapshotter: func(name string) snapshots.Snapshotter {
+		if name == "native" {
+			return sn
+		}
+		return nil
+	}}, sn
+}
+
+func TestResetSnapshot(t *testing.T) {
+	ctx := context.Background()
+	r, sn := nativeRestorer(t)
+
+	// The base image's root filesystem, and a container's snapshot on it
+	// that a failed restore wrote the checkpoint's rootfs diff into.
+	mounts, err := sn.Prepare(ctx, "base-active", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mounts[0].Source, "base"), []byte("base"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := sn.Commit(ctx, "base", "base-active"); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{"containerd.io/snapshot/example": "kept"}
+	mounts, err = sn.Prepare(ctx, "c1", "base", snapshots.WithLabels(labels))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(mounts[0].Source, "from-the-diff"), []byte("diff"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := r.ResetSnapshot(ctx, "native", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	info, err := sn.Stat(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Kind != snapshots.KindActive || info.Parent != "base" || info.Labels["containerd.io/snapshot/example"] != "kept" {
+		t.Errorf("reset snapshot: %+v, want an active snapshot on base with its labels", info)
+	}
+	mounts, err = sn.Mounts(ctx, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(mounts[0].Source, "from-the-diff")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a file the failed restore wrote survived the reset: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(mounts[0].Source, "base")); err != nil || string(b) != "base" {
+		t.Errorf("the base image's file after the reset: %q, %v", b, err)
+	}
+
+	if err := r.ResetSnapshot(ctx, "native", "base"); !errdefs.IsFailedPrecondition(err) {
+		t.Errorf("reset of a committed snapshot: %v, want a failed precondition", err)
+	}
+	if err := r.ResetSnapshot(ctx, "native", "nosuch"); !errdefs.IsNotFound(err) {
+		t.Errorf("reset of a missing snapshot: %v, want not found", err)
+	}
+	if err := r.ResetSnapshot(ctx, "unknown", "c1"); !errdefs.IsNotFound(err) {
+		t.Errorf("reset in an unknown snapshotter: %v, want not found", err)
+	}
+}
+
+func TestReleaseCheckpointDir(t *testing.T) {
+	ctx := context.Background()
+	r, sn := nativeRestorer(t)
+	if _, err := sn.Prepare(ctx, "entry-active", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := sn.Commit(ctx, "entry", "entry-active"); err != nil {
+		t.Fatal(err)
+	}
+	held := restoreKeyPrefix + "c1/checkpoint"
+	if _, err := sn.View(ctx, held, "entry"); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := r.ReleaseCheckpointDir(ctx, "native", "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sn.Stat(ctx, held); !errdefs.IsNotFound(err) {
+		t.Errorf("the container's view after the release: %v, want not found", err)
+	}
+	if _, err := sn.Stat(ctx, "entry"); err != nil {
+		t.Errorf("the cache entry went with the container's view: %v", err)
+	}
+	if err := r.ReleaseCheckpointDir(ctx, "native", "c1"); err != nil {
+		t.Errorf("a second release: %v", err)
+	}
+}
+
+func TestRuntimeFailure(t *testing.T) {
+	got := RuntimeFailure(errors.New("criu failed: type RESTORE errno 0"))
+	if len(got) != 1 || !strings.HasPrefix(got[0], "the runtime failed to restore it: criu failed") {
+		t.Errorf("RuntimeFailure = %q", got)
+	}
+}
