@@ -22,6 +22,8 @@
 #   REKINDLE_SGLANG_BIG_SHAPE  the real-size model's shape (make-model.py --shape; default qwen3-8b, 16.4 GB)
 #   REKINDLE_SGLANG_BIG_MODEL  its folder (default /var/tmp/rekindle-vllm-SHAPE, which 510 shares; made when absent)
 #   REKINDLE_PYTHON        host interpreter with torch (default python3)
+#   REKINDLE_SGLANG_MULTI_GPU  1: the tensor parallel test also checkpoints and restores (oci-checkpoint
+#                          refuses SGLang on several GPUs otherwise; docs/multi-gpu.md)
 
 load helpers
 load gpu
@@ -323,16 +325,33 @@ cold_and_checkpoint() {
 }
 
 # bats test_tags=gpu
-@test "sglang: tensor parallel 2 in one container: checkpoint, restore on the same GPUs and on another pair, same tokens" {
+@test "sglang: tensor parallel 2 is refused before anything changes, naming why (REKINDLE_SGLANG_MULTI_GPU=1: checkpoint, restore on the same GPUs and on another pair, same tokens)" {
 	skip_if_no_sglang
-	local n
+	local n before multi=${REKINDLE_SGLANG_MULTI_GPU:-}
 	n=$(nvidia-smi -L | wc -l)
 	[ "$n" -ge 2 ] || skip "tensor parallel 2 needs 2 GPUs, this host has $n"
 	sglang_setup
 	prebuild "$MODEL" "--tp-size 2"
 	# serve.py sets the NCCL settings a checkpoint needs and drops SGLang's
 	# custom all-reduce (docs/multi-gpu.md); the preflight checks what
-	# /server_info shows of them.
+	# /server_info shows of them, and refuses several GPU workers anyway
+	# unless asked: their CUDA checkpoint hung on driver 580 (2 x H200).
+	SGLANG_GPUS="0 1" run_sglang sglang-tp "$SGLANG_IMAGE" --env="ENGINE_SGLANG_ARGS=$SARGS --tp-size 2" --env=NCCL_DEBUG=INFO
+	serving sglang-tp 900
+	before=$(tokens sglang-tp) || die "no tokens from sglang-tp"
+	echo rekindle.local/ckpt:sglang-tp-refused >>"$BATS_TEST_TMPDIR/images"
+	unset REKINDLE_SGLANG_MULTI_GPU
+	ocicp 1 --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang sglang-tp rekindle.local/ckpt:sglang-tp-refused
+	is "$output" "~2 GPU workers.*cannot checkpoint yet.*--engine vllm.*REKINDLE_SGLANG_MULTI_GPU=1" "the refusal names why and what serves the model instead"
+	is "$output" "~nothing was changed, the engine is left running" "the error says the engine was left alone"
+	run_nerdctl 1 image inspect rekindle.local/ckpt:sglang-tp-refused
+	is "$(tokens sglang-tp)" "$before" "sglang-tp still serves the same tokens"
+	run_nerdctl rm -f sglang-tp
+	if [ "$multi" != 1 ]; then
+		say "REKINDLE_SGLANG_MULTI_GPU is not 1: tensor parallel SGLang's checkpoint and restores are not tried"
+		return 0
+	fi
+	export REKINDLE_SGLANG_MULTI_GPU=1
 	SGLANG_GPUS="0 1" cold_and_checkpoint sglang-tp rekindle.local/ckpt:sglang-tp2 \
 		--env="ENGINE_SGLANG_ARGS=$SARGS --tp-size 2" --env=NCCL_DEBUG=INFO
 	sync

@@ -6,8 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 )
+
+// SGLangMultiGPUEnv set to 1 lets the preflight pass an SGLang server of
+// several GPU workers, which it refuses by default: their CUDA checkpoint
+// hung where it was tried (docs/multi-gpu.md).
+const SGLangMultiGPUEnv = "REKINDLE_SGLANG_MULTI_GPU"
 
 // sglangInfo is the part of SGLang's GET /server_info (its server arguments,
 // flattened, and its version) the preflight reads.
@@ -64,6 +70,12 @@ func (c *Client) sglangPreflight(ctx context.Context, p Profile) (Facts, error) 
 				"on driver 580 cannot checkpoint GPU memory they share; restart it so that they share none "+
 				"(the sglang-engine image's serve.py sets these and NCCL's settings unless told otherwise): %s",
 				tp*pp, tp, pp, strings.Join(fix, "; ")))
+		} else if os.Getenv(SGLangMultiGPUEnv) != "1" {
+			problems = append(problems, fmt.Sprintf("SGLang runs %d GPU workers (tensor parallel %d, pipeline parallel %d), which Rekindle "+
+				"cannot checkpoint yet: with the settings above, the CUDA checkpoint of SGLang 0.5.17's first tensor-parallel "+
+				"worker never returned on driver 580 (2 x H200, docs/multi-gpu.md); serve this model on one GPU, or tensor "+
+				"parallel with vLLM (--engine vllm), or set %s=1 to try anyway",
+				tp*pp, tp, pp, SGLangMultiGPUEnv))
 		}
 	}
 	if len(problems) > 0 {

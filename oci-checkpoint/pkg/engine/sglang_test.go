@@ -33,6 +33,7 @@ func TestPreflightSGLang(t *testing.T) {
 		name   string
 		info   map[string]any
 		given  bool
+		multi  bool     // SGLangMultiGPUEnv set
 		want   []string // resume calls; nil with err: refused
 		errHas []string
 	}{
@@ -54,12 +55,15 @@ func TestPreflightSGLang(t *testing.T) {
 			errHas: []string{"2 GPU workers (tensor parallel 2, pipeline parallel 1)", "add --disable-custom-all-reduce"}},
 		{name: "TP=2 with symmetric memory", info: base("tp_size", 2, "disable_custom_all_reduce", true, "enable_symm_mem", true),
 			errHas: []string{"leave out --enable-symm-mem"}},
-		{name: "TP=2 set up for a checkpoint", info: base("tp_size", 2, "disable_custom_all_reduce", true),
+		{name: "TP=2 set up for a checkpoint: refused until asked for", info: base("tp_size", 2, "disable_custom_all_reduce", true),
+			errHas: []string{"2 GPU workers", "cannot checkpoint yet", "--engine vllm", SGLangMultiGPUEnv + "=1"}},
+		{name: "TP=2 set up for a checkpoint, asked for", info: base("tp_size", 2, "disable_custom_all_reduce", true), multi: true,
 			want: []string{"POST /resume_memory_occupation {}", reload}},
 		{name: "every problem at once", info: base("enable_memory_saver", false, "tp_size", 2),
 			errHas: []string{"--enable-memory-saver", "Also: SGLang runs 2 GPU workers"}},
 	}
 	for _, tc := range cases {
+		t.Setenv(SGLangMultiGPUEnv, map[bool]string{true: "1", false: ""}[tc.multi])
 		srv := sglangServer(tc.info)
 		p, _ := Lookup("sglang", 0)
 		p.ResumeGiven = tc.given
