@@ -13,6 +13,7 @@
  *    exit status 0 means success.
  * stdout and stderr reach the plugin through one pipe, so nothing but the
  * answer may be printed on success. */
+#include <fcntl.h>
 #include <getopt.h>
 #include <signal.h>
 #include <stdio.h>
@@ -55,7 +56,13 @@ static const char usage[] =
 	"at checkpoint) onto the /dev/nvidiaN nodes in the process's root.\n"
 	"Environment: REKINDLE_DEVICE_MAP (as --device-map), REKINDLE_LIBCUDA (driver\n"
 	"library, default libcuda.so.1), REKINDLE_PROC (default /proc),\n"
-	"REKINDLE_CUDA_CHECKPOINT_LOG (append a log of each run to this file).\n";
+	"REKINDLE_CUDA_CHECKPOINT_LOG (append a log of each run to this file),\n"
+	"REKINDLE_CUDA_CHECKPOINT_DEADLINE (seconds a checkpoint or restore may take\n"
+	"before the tool gives up and fails; default 600, 0: none).\n";
+
+/* Seconds a checkpoint or restore may take (REKINDLE_CUDA_CHECKPOINT_DEADLINE):
+ * far above the seconds to a minute that copying a whole GPU's memory takes. */
+#define DEFAULT_DEADLINE 600
 
 static const char *const state_names[] = { "running", "locked", "checkpointed", "failed" };
 
@@ -123,6 +130,49 @@ static int toggle(struct driver *d, int pid, unsigned timeout, const char *map)
 	fail("cannot toggle pid %d: its CUDA state is %s (use --action)", pid,
 	     st >= 0 && st < 4 ? state_names[st] : "unknown");
 	return -1;
+}
+
+static long number(const char *s, const char *what);
+
+/* The deadline of a checkpoint or restore: the driver call can wait for
+ * ever (seen: SGLang's tensor-parallel worker on driver 580), and CRIU's
+ * plugin waits for us with no limit of its own, so a dump or restore would
+ * hang with it. Past the deadline the tool says so and exits; the process's
+ * CUDA state is left as the driver holds it. The message is written before
+ * the alarm, as the handler may only write(2). */
+static char deadline_msg[512];
+static int deadline_log = -1;
+
+static void deadline_passed(int sig)
+{
+	(void)sig;
+	size_t n = strlen(deadline_msg);
+	ssize_t w = write(STDERR_FILENO, deadline_msg, n);
+	if (deadline_log >= 0)
+		w = write(deadline_log, deadline_msg, n);
+	(void)w;
+	_exit(1);
+}
+
+static int deadline_arm(const char *what, int pid)
+{
+	const char *s = getenv("REKINDLE_CUDA_CHECKPOINT_DEADLINE");
+	long secs = s && *s ? number(s, "REKINDLE_CUDA_CHECKPOINT_DEADLINE") : DEFAULT_DEADLINE;
+	if (secs == 0)
+		return 0;
+	snprintf(deadline_msg, sizeof deadline_msg,
+		 "cuda-checkpoint: %s of pid %d did not return within %lds (REKINDLE_CUDA_CHECKPOINT_DEADLINE): the "
+		 "driver may be waiting on GPU memory or a peer that this process shares with another; gave up, "
+		 "leaving its CUDA state as the driver holds it\n", what, pid, secs);
+	const char *log = getenv("REKINDLE_CUDA_CHECKPOINT_LOG");
+	if (log && *log)
+		deadline_log = open(log, O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+	struct sigaction sa;
+	memset(&sa, 0, sizeof sa);
+	sa.sa_handler = deadline_passed;
+	sigaction(SIGALRM, &sa, NULL);
+	alarm((unsigned)secs);
+	return 0;
 }
 
 static long number(const char *s, const char *what)
@@ -250,9 +300,12 @@ int main(int argc, char **argv)
 		}
 		break;
 	case OP_TOGGLE:
+		deadline_arm("toggle", pid);
 		r = toggle(&d, pid, timeout, map);
 		break;
 	default:
+		if (!strcmp(action, "checkpoint") || !strcmp(action, "restore"))
+			deadline_arm(action, pid);
 		if (!strcmp(action, "lock"))
 			r = lock(&d, pid, timeout);
 		else if (!strcmp(action, "checkpoint"))

@@ -155,6 +155,28 @@ test_missing_libcuda_is_a_clear_error() {
 
 # --- driver errors ---------------------------------------------------------
 
+test_a_checkpoint_or_restore_that_never_returns_fails_at_the_deadline() {
+	host 1; sees 0; recorded 0
+	local a t0 log=$T/deadline.log
+	for a in checkpoint restore; do
+		t0=$SECONDS
+		STUB_HANG=cuCheckpointProcess${a^} REKINDLE_CUDA_CHECKPOINT_DEADLINE=1 REKINDLE_CUDA_CHECKPOINT_LOG=$log \
+			ckpt --action $a --pid $P
+		is "$rc" 1 "exit status of a $a past its deadline" || return 1
+		has "$out" "$a of pid $P did not return within 1s (REKINDLE_CUDA_CHECKPOINT_DEADLINE)" "error" || return 1
+		((SECONDS - t0 < 10)) || fail_msg "the $a took $((SECONDS - t0)) s to give up" || return 1
+	done
+	has "$(cat "$log")" "restore of pid $P did not return within 1s" "the log says so too"
+}
+
+test_a_deadline_of_0_is_none_and_a_bad_one_is_refused() {
+	host 1
+	STUB_HANG=cuCheckpointProcessCheckpoint REKINDLE_CUDA_CHECKPOINT_DEADLINE=0 timeout 2 "$bin" --action checkpoint --pid 9 >/dev/null 2>&1
+	is "$?" 124 "deadline 0: no deadline (the stub still waits when timeout(1) ends it)" || return 1
+	REKINDLE_CUDA_CHECKPOINT_DEADLINE=soon ckpt --action checkpoint --pid 9
+	is "$rc" 2 "a deadline that is not a number" && has "$out" 'bad REKINDLE_CUDA_CHECKPOINT_DEADLINE "soon"' "error"
+}
+
 test_driver_errors_name_the_curesult() {
 	host 1; sees 0; recorded 0
 	STUB_FAIL=cuCheckpointProcessLock=909 ckpt --action lock --pid $P --timeout 5
