@@ -1,0 +1,7 @@
+// Package shim is what containerd's runc shim does around a restore from a
+// checkpoint image (its hook: containerd-patches/, init_state.go): the
+// restore's limits read from the restored spec (ReadLimits), compressed
+// pages images decoded into a private tmpfs within them (ExpandPages), and
+// CRIU and what it restored killed at the restore's deadline
+// (RestoreWithin).
+package shim

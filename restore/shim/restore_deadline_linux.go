@@ -1,0 +1,263 @@
+/*
+   Copyright The containerd Authors.
+
+   Licensed under the Apache License, Version 2.0 (the "License");
+   you may not use this file except in compliance with the License.
+   You may obtain a copy of the License at
+
+       http://www.apache.org/licenses/LICENSE-2.0
+
+   Unless required by applicable law or agreed to in writing, software
+   distributed under the License is distributed on an "AS IS" BASIS,
+   WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+   See the License for the specific language governing permissions and
+   limitations under the License.
+*/
+
+package shim
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+var (
+	// restoreKillGrace is how long runc has to fail and remove what it
+	// created once what it started is killed, before it is killed too.
+	restoreKillGrace = 10 * time.Second
+	// restoreKillEvery: CRIU may not have started yet at the deadline.
+	restoreKillEvery = 100 * time.Millisecond
+)
+
+// RestoreWithin runs restore, this process's runc restore of container
+// id, until deadline or ctx's end. Then it kills what runc started
+// (CRIU, which runc starts without a parent-death signal, and the
+// processes CRIU restored so far), again until restore returns: runc
+// sees CRIU fail and removes the container's cgroup, state and mounts
+// itself, which it cannot do if it is killed first, as ctx's end alone
+// would do. runc is killed only if it has not returned within
+// restoreKillGrace. timedOut says whether the deadline was reached.
+func RestoreWithin(ctx context.Context, id string, deadline time.Time, restore func(context.Context) error) (timedOut bool, err error) {
+	rctx, killRunc := context.WithCancel(context.WithoutCancel(ctx))
+	defer killRunc()
+	var expired atomic.Bool
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		t := time.NewTimer(time.Until(deadline))
+		defer t.Stop()
+		select {
+		case <-done:
+			return
+		case <-ctx.Done():
+		case <-t.C:
+			expired.Store(true)
+		}
+		grace := time.NewTimer(restoreKillGrace)
+		defer grace.Stop()
+		tick := time.NewTicker(restoreKillEvery)
+		defer tick.Stop()
+		for {
+			left := stopAndKill(id)
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+			case <-grace.C:
+				killRunc()
+				// CRIU, if left, goes to this subreaper with runc.
+				killTree(left)
+				return
+			}
+		}
+	}()
+	err = restore(rctx)
+	close(done)
+	<-stopped
+	if expired.Load() || ctx.Err() != nil {
+		// A process CRIU forked after the last look (a fill or
+		// read-ahead helper) was reparented to this subreaper when
+		// CRIU died, no longer below runc.
+		killTree(adoptedCRIU())
+	}
+	return expired.Load(), err
+}
+
+// adoptedCRIU returns the CRIU processes this subreaper has adopted and
+// every process below them.
+func adoptedCRIU() []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	children := map[int][]int{}
+	var tree []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, ok := parentOf(pid)
+		if !ok {
+			continue
+		}
+		children[ppid] = append(children[ppid], pid)
+		if ppid == self && isCRIU(pid) {
+			tree = append(tree, pid)
+		}
+	}
+	for next := tree; len(next) > 0; {
+		var below []int
+		for _, pid := range next {
+			below = append(below, children[pid]...)
+		}
+		tree = append(tree, below...)
+		next = below
+	}
+	return tree
+}
+
+func isCRIU(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+	return err == nil && strings.TrimSpace(string(b)) == "criu"
+}
+
+// restoreTree returns the processes under this process's runc restore
+// of container id, parents before their children; not runc itself.
+func restoreTree(id string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	self := os.Getpid()
+	children := map[int][]int{}
+	var runcs []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		ppid, ok := parentOf(pid)
+		if !ok {
+			continue
+		}
+		children[ppid] = append(children[ppid], pid)
+		if ppid == self && isRestoreOf(pid, id) {
+			runcs = append(runcs, pid)
+		}
+	}
+	var tree []int
+	next := runcs
+	for len(next) > 0 {
+		var below []int
+		for _, pid := range next {
+			below = append(below, children[pid]...)
+		}
+		tree = append(tree, below...)
+		next = below
+	}
+	return tree
+}
+
+// parentOf reads a process's parent from /proc/PID/stat.
+func parentOf(pid int) (int, bool) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, false
+	}
+	// The command name, in parentheses, may hold anything.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return 0, false
+	}
+	ppid, err := strconv.Atoi(f[1])
+	return ppid, err == nil
+}
+
+// isRestoreOf says whether pid runs `runc ... restore ... id`, as go-runc
+// calls it: the container ID last.
+func isRestoreOf(pid int, id string) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cmdline"))
+	if err != nil {
+		return false
+	}
+	args := strings.Split(strings.TrimSuffix(string(b), "\x00"), "\x00")
+	if len(args) < 2 || args[len(args)-1] != id {
+		return false
+	}
+	for _, a := range args[1 : len(args)-1] {
+		if a == "restore" {
+			return true
+		}
+	}
+	return false
+}
+
+// stopAndKill kills what the restore of id started: stopped first, so
+// that CRIU forks no helper while it is looked at, then what is below
+// CRIU, and CRIU once those are gone, so that runc, seeing CRIU die, finds
+// the container's cgroup empty when it removes it.
+func stopAndKill(id string) []int {
+	var tree []int
+	for i := 0; i < 10; i++ {
+		next := restoreTree(id)
+		for _, pid := range next {
+			unix.Kill(pid, unix.SIGSTOP)
+		}
+		if len(next) == len(tree) {
+			break
+		}
+		tree = next
+	}
+	top := make(map[int]bool) // runc's children: CRIU
+	for _, pid := range tree {
+		if ppid, ok := parentOf(pid); ok && isRestoreOf(ppid, id) {
+			top[pid] = true
+		}
+	}
+	deadline := time.Now().Add(time.Second)
+	for _, pid := range tree {
+		if !top[pid] {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+	}
+	for _, pid := range tree {
+		for !top[pid] && !exited(pid) && time.Now().Before(deadline) {
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	for pid := range top {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+	return tree
+}
+
+// exited reports whether pid is gone or a zombie.
+func exited(pid int) bool {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return true
+	}
+	i := bytes.LastIndexByte(b, ')')
+	return i > 0 && bytes.HasPrefix(b[i+1:], []byte(" Z"))
+}
+
+func killTree(pids []int) []int {
+	for _, pid := range pids {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+	return pids
+}

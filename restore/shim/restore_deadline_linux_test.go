@@ -1,0 +1,156 @@
+/*
+   Copyright The containerd Authors.
+
+   Licensed under the Apache License, Version 2.0 (the "License");
+   you may not use this file except in compliance with the License.
+   You may obtain a copy of the License at
+
+       http://www.apache.org/licenses/LICENSE-2.0
+
+   Unless required by applicable law or agreed to in writing, software
+   distributed under the License is distributed on an "AS IS" BASIS,
+   WITHOUT WARRANTIES OR CONDITIONS OF ANY KIND, either express or implied.
+   See the License for the specific language governing permissions and
+   limitations under the License.
+*/
+
+package shim
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
+)
+
+// fakeRunc writes a script that stands for runc restore: it starts
+// "criu" (a copy of sleep), records its pid, waits for it and then, as
+// runc cleans up after a failed CRIU, writes cleaned-up, unless stubborn,
+// when it waits on.
+func fakeRunc(t *testing.T, stubborn bool) (dir, script string) {
+	dir = t.TempDir()
+	sleep, err := exec.LookPath("sleep")
+	require.NoError(t, err)
+	b, err := os.ReadFile(sleep)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "criu"), b, 0o700))
+	after := "echo done >" + dir + "/cleaned-up; exit 1"
+	if stubborn {
+		after = "exec " + dir + "/criu 1000"
+	}
+	script = filepath.Join(dir, "runc")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"+
+		dir+"/criu 1000 &\necho $! >"+dir+"/criu.pid\nwait $!\n"+after+"\n"), 0o700))
+	return dir, script
+}
+
+func runFake(script, id string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		return exec.CommandContext(ctx, script, "--root", "/nowhere", "restore", "--detach", id).Run()
+	}
+}
+
+// gone says whether pid has exited (or is a zombie whose parent has not
+// reaped it yet).
+func gone(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i > 0 && strings.HasPrefix(string(b[i+1:]), " Z")
+}
+
+func criuPid(t *testing.T, dir string) int {
+	b, err := os.ReadFile(filepath.Join(dir, "criu.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	return pid
+}
+
+func TestRestoreWithinKillsCRIUAtTheDeadline(t *testing.T) {
+	dir, script := fakeRunc(t, false)
+	start := time.Now()
+	timedOut, err := RestoreWithin(context.Background(), "c1", start.Add(300*time.Millisecond), runFake(script, "c1"))
+	assert.True(t, timedOut)
+	assert.Error(t, err, "runc reports the failed CRIU")
+	assert.Less(t, time.Since(start), 5*time.Second, "CRIU was not killed at the deadline")
+	assert.FileExists(t, filepath.Join(dir, "cleaned-up"), "runc was killed before it could clean up")
+	assert.True(t, gone(criuPid(t, dir)), "CRIU outlived the deadline")
+}
+
+func TestRestoreWithinKillsRuncAfterTheGrace(t *testing.T) {
+	grace := restoreKillGrace
+	restoreKillGrace = 500 * time.Millisecond
+	defer func() { restoreKillGrace = grace }()
+	dir, script := fakeRunc(t, true)
+	start := time.Now()
+	timedOut, err := RestoreWithin(context.Background(), "c2", start.Add(200*time.Millisecond), runFake(script, "c2"))
+	assert.True(t, timedOut)
+	assert.Error(t, err)
+	assert.Less(t, time.Since(start), 5*time.Second, "runc was not killed after the grace")
+	assert.True(t, gone(criuPid(t, dir)))
+}
+
+func TestRestoreWithinLeavesOthersAlone(t *testing.T) {
+	// Another container's restore, in the same shim, is not killed.
+	other, script := fakeRunc(t, false)
+	cmd := exec.Command(script, "restore", "other")
+	require.NoError(t, cmd.Start())
+	defer func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	}()
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(other, "criu.pid")); return err == nil }, 5*time.Second, 10*time.Millisecond)
+	_, mine := fakeRunc(t, false)
+	timedOut, _ := RestoreWithin(context.Background(), "mine", time.Now().Add(200*time.Millisecond), runFake(mine, "mine"))
+	assert.True(t, timedOut)
+	assert.False(t, gone(criuPid(t, other)), "another container's CRIU was killed")
+	unixKill(criuPid(t, other))
+}
+
+func TestRestoreWithinInTime(t *testing.T) {
+	timedOut, err := RestoreWithin(context.Background(), "c3", time.Now().Add(time.Minute), func(context.Context) error { return nil })
+	assert.False(t, timedOut)
+	assert.NoError(t, err)
+}
+
+func unixKill(pid int) {
+	if p, err := os.FindProcess(pid); err == nil {
+		p.Kill()
+	}
+}
+
+// A helper CRIU forked away from runc's tree (as its fill and read-ahead
+// helpers can be, after the shim's last look) goes to the shim, a
+// subreaper, when CRIU dies: it is killed there too.
+func TestRestoreWithinKillsCRIUTheShimAdopted(t *testing.T) {
+	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	dir := t.TempDir()
+	criu := filepath.Join(dir, "criu")
+	require.NoError(t, os.WriteFile(criu, []byte("#!/bin/sh\n( ( while :; do sleep 1; done ) & echo $! >"+
+		dir+"/helper.pid )\nexec sleep 1000\n"), 0o700))
+	script := filepath.Join(dir, "runc")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"+criu+" &\nwait $!\nexit 1\n"), 0o700))
+	timedOut, err := RestoreWithin(context.Background(), "c1", time.Now().Add(300*time.Millisecond), runFake(script, "c1"))
+	assert.True(t, timedOut)
+	assert.Error(t, err)
+	b, err := os.ReadFile(filepath.Join(dir, "helper.pid"))
+	require.NoError(t, err)
+	helper, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	defer unix.Kill(helper, unix.SIGKILL)
+	assert.Eventually(t, func() bool { return gone(helper) }, 2*time.Second, 20*time.Millisecond, "the adopted helper was killed")
+	var ws unix.WaitStatus
+	unix.Wait4(helper, &ws, unix.WNOHANG, nil)
+}
