@@ -47,14 +47,8 @@ teardown() {
 	if [ -z "$pid" ] || gone "$pid"; then
 		stack_up_offline || true
 	fi
-	local n=("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR") c i
-	for c in $("${n[@]}" ps -aq 2>/dev/null); do
-		"${n[@]}" rm -f "$c" >/dev/null 2>&1 || true
-	done
-	for i in $("${n[@]}" images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null); do
-		[[ $i == rekindle.local/ckpt:* && $i != rekindle.local/ckpt:engine ]] || continue
-		"${n[@]}" rmi -f "$i" >/dev/null 2>&1 || true
-	done
+	remove_containers
+	remove_images 'rekindle.local/ckpt:*' rekindle.local/ckpt:engine
 }
 
 teardown_file() {

@@ -25,14 +25,8 @@ teardown() {
 			umount "$m" || umount -l "$m" || true
 		fi
 	done
-	local n=("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR") c i
-	for c in $("${n[@]}" ps -aq 2>/dev/null); do
-		"${n[@]}" rm -f "$c" >/dev/null 2>&1 || true
-	done
-	for i in $("${n[@]}" images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null); do
-		[ "$i" != "$BASE_IMAGE" ] && [ "$i" != "$ENGINE_IMAGE" ] || continue
-		"${n[@]}" rmi -f "$i" >/dev/null 2>&1 || true
-	done
+	remove_containers
+	remove_images '*' "$BASE_IMAGE" "$ENGINE_IMAGE"
 }
 
 teardown_file() {

@@ -50,19 +50,7 @@ teardown_file() {
 }
 
 teardown() {
-	[ -f "$BATS_FILE_TMPDIR/stack-up" ] || return 0
-	local c RK_DIR=$BATS_FILE_TMPDIR/rk
-	local d
-	for c in $(cat "$BATS_TEST_TMPDIR/containers" 2>/dev/null); do
-		for d in "$RK_DIR" "$BATS_FILE_TMPDIR/fresh"; do
-			[ -d "$d" ] || continue
-			"$REKINDLE_ROOT/scripts/nerdctl.sh" "$d" logs "$c" >>"$BATS_FILE_TMPDIR/$c.log" 2>&1 || true
-			"$REKINDLE_ROOT/scripts/nerdctl.sh" "$d" rm -f "$c" >/dev/null 2>&1 || true
-		done
-	done
-	for c in $(cat "$BATS_TEST_TMPDIR/images" 2>/dev/null); do
-		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rmi -f "$c" >/dev/null 2>&1 || true
-	done
+	remove_listed "$BATS_FILE_TMPDIR/rk" "$BATS_FILE_TMPDIR/fresh"
 }
 
 skip_if_no_vllm() {

@@ -44,15 +44,7 @@ teardown_file() {
 }
 
 teardown() {
-	[ -f "$BATS_FILE_TMPDIR/stack-up" ] || return 0
-	local c RK_DIR=$BATS_FILE_TMPDIR/rk
-	for c in $(cat "$BATS_TEST_TMPDIR/containers" 2>/dev/null); do
-		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs "$c" >>"$BATS_FILE_TMPDIR/$c.log" 2>&1 || true
-		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rm -f "$c" >/dev/null 2>&1 || true
-	done
-	for c in $(cat "$BATS_TEST_TMPDIR/images" 2>/dev/null); do
-		"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rmi -f "$c" >/dev/null 2>&1 || true
-	done
+	remove_listed
 }
 
 skip_if_no_sglang() {

@@ -70,3 +70,24 @@ host_pyflags() {
 	PYTHONPATH=$SITE "$REKINDLE_ROOT/images/gpu-engine/host-python.sh" "$(command -v "$HOST_PY")" \
 		>"$BATS_FILE_TMPDIR/pyflags" || die "host-python.sh failed"
 }
+
+# remove_listed [STACK...]: a GPU test's teardown: the containers it listed
+# in $BATS_TEST_TMPDIR/containers (their logs appended to
+# $BATS_FILE_TMPDIR/NAME.log first, for a failure's reading) are removed
+# from each STACK (default the file's, $BATS_FILE_TMPDIR/rk) and the images
+# it listed in $BATS_TEST_TMPDIR/images from the first. Nothing when the
+# file's stack never came up.
+remove_listed() {
+	[ -f "$BATS_FILE_TMPDIR/stack-up" ] || return 0
+	local stacks=("${@:-$BATS_FILE_TMPDIR/rk}") c d
+	for c in $(cat "$BATS_TEST_TMPDIR/containers" 2>/dev/null); do
+		for d in "${stacks[@]}"; do
+			[ -d "$d" ] || continue
+			"$REKINDLE_ROOT/scripts/nerdctl.sh" "$d" logs "$c" >>"$BATS_FILE_TMPDIR/$c.log" 2>&1 || true
+			"$REKINDLE_ROOT/scripts/nerdctl.sh" "$d" rm -f "$c" >/dev/null 2>&1 || true
+		done
+	done
+	for c in $(cat "$BATS_TEST_TMPDIR/images" 2>/dev/null); do
+		"$REKINDLE_ROOT/scripts/nerdctl.sh" "${stacks[0]}" rmi -f "$c" >/dev/null 2>&1 || true
+	done
+}

@@ -54,6 +54,19 @@ remove_containers() {
 	done
 }
 
+# remove_images GLOB [KEEP...]: remove the stack's images whose name:tag
+# matches GLOB, but for the KEEP ones (a test's teardown).
+remove_images() {
+	local n=("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR") glob=$1 i k
+	shift
+	for i in $("${n[@]}" images --format '{{.Repository}}:{{.Tag}}' 2>/dev/null); do
+		# shellcheck disable=SC2053 # GLOB is a pattern
+		[[ $i == $glob ]] || continue
+		for k in "$@"; do [ "$i" != "$k" ] || continue 2; done
+		"${n[@]}" rmi -f "$i" >/dev/null 2>&1 || true
+	done
+}
+
 # stack_down: stop it and remove all it left (call from teardown_file).
 stack_down() {
 	[ -n "${RK_DIR:-}" ] || return 0
