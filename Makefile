@@ -111,6 +111,7 @@ UNIT_TESTS += test-patches
 test-restore: $(BIN)/mkfs.erofs ## vet and unit-test the restore engine (restore/) against the pinned containerd release
 	cd restore && GOFLAGS=-mod=mod $(GO) vet ./... && GOFLAGS=-mod=mod $(GO) test ./checkpointimage/bounds/ && \
 		GOFLAGS=-mod=mod $(GO) test ./shim/ -test.root && \
+		PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test ./inplace/ && \
 		PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test ./checkpointimage/ -test.root
 UNIT_TESTS += test-restore
 
