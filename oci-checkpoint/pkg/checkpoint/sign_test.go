@@ -27,9 +27,8 @@ import (
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 )
 
-// The test vector, the contract module's (signature.Vector), which
-// containerd-patches/checkpointimage-restore-only-signed-checkpoint-image's
-// TestSignatureVector runs too.
+// The test vector, the contract module's (signature.Vector), which the
+// restore engine's TestSignatureVector (restore/checkpointimage) runs too.
 var vector = func() signature.TestVector {
 	v, err := signature.Vector()
 	if err != nil {
