@@ -60,3 +60,25 @@ func TestBadTablesAreRefused(t *testing.T) {
 		}
 	}
 }
+
+// TestTheVectorsTableReads: the table of the vector's file, as
+// oci-checkpoint wrote it, is the vector's frames.
+func TestTheVectorsTableReads(t *testing.T) {
+	v, err := Vector()
+	if err != nil {
+		t.Fatal(err)
+	}
+	frames, total, err := ReadSeekTable(bytes.NewReader(v.File), int64(len(v.File)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := v.VectorFrames()
+	if total != v.ContentSize || len(frames) != len(want) || len(want) < 2 {
+		t.Fatalf("%d frames of %d bytes, want the vector's %d of %d", len(frames), total, len(want), v.ContentSize)
+	}
+	for i := range frames {
+		if frames[i] != want[i] {
+			t.Errorf("frame %d: %+v, want %+v", i, frames[i], want[i])
+		}
+	}
+}

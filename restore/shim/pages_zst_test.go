@@ -111,6 +111,19 @@ func TestExpandPagesDecodesEachImage(t *testing.T) {
 	assert.Empty(t, left, "compressed images copied as well")
 }
 
+// TestExpandPagesDecodesTheContractVector: a pages image as oci-checkpoint
+// writes it (the contract module's vector) decodes to its content.
+func TestExpandPagesDecodesTheContractVector(t *testing.T) {
+	v, err := zpages.Vector()
+	require.NoError(t, err)
+	target, err := expandTo(t, imageDir(t, map[string][]byte{"pages-1.img.zst": v.File}))
+	require.NoError(t, err)
+	got, err := os.ReadFile(filepath.Join(target, "pages-1.img"))
+	require.NoError(t, err)
+	assert.Equal(t, len(v.Content), len(got))
+	assert.True(t, bytes.Equal(got, v.Content), "pages-1.img differs from the vector's content")
+}
+
 func TestExpandPagesRefusesBadImages(t *testing.T) {
 	b := pages(3 << 20)
 	good := seekable(t, b, 1<<20, nil)
