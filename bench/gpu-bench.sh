@@ -13,8 +13,9 @@
 #
 # Environment (besides bench.sh's BENCH_REPS, BENCH_DROP_CACHES, BENCH_OUT, BENCH_PULL...):
 #   GPU_BENCH_GPU        GPU index for every container of the rows (0; the first of GPU_BENCH_TP)
-#   GPU_BENCH_TP         vllm: tensor parallel size N (1): --tensor-parallel-size N and N GPUs
-#                        a container (serve.py sets what a checkpoint of that needs, docs/multi-gpu.md)
+#   GPU_BENCH_TP         vllm, sglang: tensor parallel size N (1): N GPUs a container (serve.py sets what a
+#                        checkpoint of that needs, docs/multi-gpu.md); sglang only with
+#                        REKINDLE_SGLANG_MULTI_GPU=1, as oci-checkpoint refuses it otherwise
 #   GPU_BENCH_REPLICAS   N (1): after the rows, N replicas restored at once from one checkpoint image,
 #                        replica i on GPUs i*TP .. i*TP+TP-1, first and cached, against one (bench.sh:
 #                        BENCH_REPLICAS); "replicas" in the result. BENCH_REPS=1 saves time
@@ -79,6 +80,8 @@ nrep=${GPU_BENCH_REPLICAS:-1}
 [[ $nrep =~ ^[1-9][0-9]*$ ]] || die "GPU_BENCH_REPLICAS=$nrep: want a positive integer"
 case ${GPU_BENCH_ENGINE:-reference} in vllm | sglang) llm=1 ;; *) llm=0 ;; esac
 [ "$tp" -eq 1 ] || [ "$llm" = 1 ] || die "GPU_BENCH_TP=$tp: tensor parallel is for GPU_BENCH_ENGINE=vllm or sglang"
+[ "$tp" -eq 1 ] || [ "${GPU_BENCH_ENGINE:-}" != sglang ] || [ "${REKINDLE_SGLANG_MULTI_GPU:-}" = 1 ] ||
+	die "GPU_BENCH_TP=$tp GPU_BENCH_ENGINE=sglang: oci-checkpoint refuses SGLang on several GPUs (docs/multi-gpu.md); set REKINDLE_SGLANG_MULTI_GPU=1 to try it"
 ngpu=$(nvidia-smi -L | wc -l)
 [ $((gpu + tp)) -le "$ngpu" ] || die "GPU_BENCH_GPU=$gpu GPU_BENCH_TP=$tp: GPUs $gpu..$((gpu + tp - 1)), this host has $ngpu"
 [ $((nrep * tp)) -le "$ngpu" ] || die "GPU_BENCH_REPLICAS=$nrep x GPU_BENCH_TP=$tp GPUs: this host has $ngpu"

@@ -57,12 +57,15 @@ static const char usage[] =
 	"Environment: REKINDLE_DEVICE_MAP (as --device-map), REKINDLE_LIBCUDA (driver\n"
 	"library, default libcuda.so.1), REKINDLE_PROC (default /proc),\n"
 	"REKINDLE_CUDA_CHECKPOINT_LOG (append a log of each run to this file),\n"
-	"REKINDLE_CUDA_CHECKPOINT_DEADLINE (seconds a checkpoint or restore may take\n"
-	"before the tool gives up and fails; default 600, 0: none).\n";
+	"REKINDLE_CUDA_CHECKPOINT_DEADLINE (seconds a checkpoint, restore or unlock\n"
+	"may take before the tool gives up and fails; default 300, 0: none).\n";
 
-/* Seconds a checkpoint or restore may take (REKINDLE_CUDA_CHECKPOINT_DEADLINE):
- * far above the seconds to a minute that copying a whole GPU's memory takes. */
-#define DEFAULT_DEADLINE 600
+/* Seconds a checkpoint, restore or unlock may take, the driver's start
+ * included (REKINDLE_CUDA_CHECKPOINT_DEADLINE): far above the seconds to a
+ * minute that copying a whole GPU's memory takes, and below the runc shim's
+ * checkpoint_restore_timeout (10 minutes), so that this message, not the
+ * shim's, says which step hung. */
+#define DEFAULT_DEADLINE 300
 
 static const char *const state_names[] = { "running", "locked", "checkpointed", "failed" };
 
@@ -171,6 +174,11 @@ static int deadline_arm(const char *what, int pid)
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = deadline_passed;
 	sigaction(SIGALRM, &sa, NULL);
+	/* A blocked SIGALRM (the mask survives exec) would never fire. */
+	sigset_t alrm;
+	sigemptyset(&alrm);
+	sigaddset(&alrm, SIGALRM);
+	sigprocmask(SIG_UNBLOCK, &alrm, NULL);
 	alarm((unsigned)secs);
 	return 0;
 }
@@ -273,6 +281,13 @@ int main(int argc, char **argv)
 		return 2;
 	}
 
+	/* Armed before the driver starts: a driver stuck on the GPU can hang
+	 * its start too. */
+	if (op == OP_TOGGLE)
+		deadline_arm("toggle", pid);
+	else if (op == OP_ACTION && strcmp(action, "lock"))
+		deadline_arm(action, pid);
+
 	struct driver d;
 	if (driver_open(&d))
 		return 1;
@@ -300,12 +315,9 @@ int main(int argc, char **argv)
 		}
 		break;
 	case OP_TOGGLE:
-		deadline_arm("toggle", pid);
 		r = toggle(&d, pid, timeout, map);
 		break;
 	default:
-		if (!strcmp(action, "checkpoint") || !strcmp(action, "restore"))
-			deadline_arm(action, pid);
 		if (!strcmp(action, "lock"))
 			r = lock(&d, pid, timeout);
 		else if (!strcmp(action, "checkpoint"))

@@ -158,7 +158,7 @@ test_missing_libcuda_is_a_clear_error() {
 test_a_checkpoint_or_restore_that_never_returns_fails_at_the_deadline() {
 	host 1; sees 0; recorded 0
 	local a t0 log=$T/deadline.log
-	for a in checkpoint restore; do
+	for a in checkpoint restore unlock; do
 		t0=$SECONDS
 		STUB_HANG=cuCheckpointProcess${a^} REKINDLE_CUDA_CHECKPOINT_DEADLINE=1 REKINDLE_CUDA_CHECKPOINT_LOG=$log \
 			ckpt --action $a --pid $P
@@ -166,7 +166,14 @@ test_a_checkpoint_or_restore_that_never_returns_fails_at_the_deadline() {
 		has "$out" "$a of pid $P did not return within 1s (REKINDLE_CUDA_CHECKPOINT_DEADLINE)" "error" || return 1
 		((SECONDS - t0 < 10)) || fail_msg "the $a took $((SECONDS - t0)) s to give up" || return 1
 	done
-	has "$(cat "$log")" "restore of pid $P did not return within 1s" "the log says so too"
+	has "$(cat "$log")" "restore of pid $P did not return within 1s" "the log says so too" || return 1
+	# Lock has its own timeout, which the plugin passes.
+	STUB_HANG=cuCheckpointProcessLock REKINDLE_CUDA_CHECKPOINT_DEADLINE=1 timeout 3 "$bin" --action lock --pid $P >/dev/null 2>&1
+	is "$?" 124 "lock is not under the deadline" || return 1
+	# A deadline that is not a number is refused before the driver starts.
+	rm -f "$STUB_LOG"
+	REKINDLE_CUDA_CHECKPOINT_DEADLINE=soon ckpt --action restore --pid $P
+	is "$rc" 2 "a bad deadline" && is "$(cat "$STUB_LOG" 2>/dev/null)" "" "no driver call"
 }
 
 test_a_deadline_of_0_is_none_and_a_bad_one_is_refused() {

@@ -18,8 +18,8 @@ import (
 var updatePagesVector = flag.Bool("update-pages-vector", false,
 	"write the contract module's pages vector (contract/pages/testdata) with this writer")
 
-// TestPagesVector: the writer lays the contract's vector content out in the
-// vector's frames, and its file decodes to that content; the restore engine
+// TestPagesVector: the writer writes the contract's vector file, byte for
+// byte, from its content, and that file decodes to the content; the restore engine
 // decodes the vector's file (restore/shim), so what one writes the other reads.
 func TestPagesVector(t *testing.T) {
 	v, err := pages.Vector()
@@ -66,9 +66,12 @@ func TestPagesVector(t *testing.T) {
 		t.Fatalf("%d frames of %d bytes, want the vector's %d of %d", len(frames), total, len(want), v.ContentSize)
 	}
 	for i := range frames {
-		if frames[i].ContentOff != want[i].ContentOff || frames[i].Content != want[i].Content {
-			t.Errorf("frame %d holds %d bytes at %d, the vector's %d at %d", i, frames[i].Content, frames[i].ContentOff, want[i].Content, want[i].ContentOff)
+		if frames[i] != want[i] {
+			t.Errorf("frame %d: %+v, the vector's %+v (a change of the writer's output: review it, then -update-pages-vector)", i, frames[i], want[i])
 		}
+	}
+	if !bytes.Equal(z, v.File) {
+		t.Errorf("the writer's %d bytes differ from the vector's %d (a change of the writer's output: review it, then -update-pages-vector)", len(z), len(v.File))
 	}
 	dec, _ := zstd.NewReader(bytes.NewReader(z))
 	defer dec.Close()

@@ -72,7 +72,7 @@ func (c *Client) sglangPreflight(ctx context.Context, p Profile) (Facts, error) 
 				tp*pp, tp, pp, strings.Join(fix, "; ")))
 		} else if os.Getenv(SGLangMultiGPUEnv) != "1" {
 			problems = append(problems, fmt.Sprintf("SGLang runs %d GPU workers (tensor parallel %d, pipeline parallel %d), which Rekindle "+
-				"cannot checkpoint yet: with the settings above, the CUDA checkpoint of SGLang 0.5.17's first tensor-parallel "+
+				"cannot checkpoint yet: even with these settings right, the CUDA checkpoint of SGLang 0.5.17's first tensor-parallel "+
 				"worker never returned on driver 580 (2 x H200, docs/multi-gpu.md); serve this model on one GPU, or tensor "+
 				"parallel with vLLM (--engine vllm), or set %s=1 to try anyway",
 				tp*pp, tp, pp, SGLangMultiGPUEnv))
