@@ -94,36 +94,8 @@ func RestoreWithin(ctx context.Context, id string, deadline time.Time, restore f
 // adoptedCRIU returns the CRIU processes this subreaper has adopted and
 // every process below them.
 func adoptedCRIU() []int {
-	entries, err := os.ReadDir("/proc")
-	if err != nil {
-		return nil
-	}
-	self := os.Getpid()
-	children := map[int][]int{}
-	var tree []int
-	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		ppid, ok := parentOf(pid)
-		if !ok {
-			continue
-		}
-		children[ppid] = append(children[ppid], pid)
-		if ppid == self && isCRIU(pid) {
-			tree = append(tree, pid)
-		}
-	}
-	for next := tree; len(next) > 0; {
-		var below []int
-		for _, pid := range next {
-			below = append(below, children[pid]...)
-		}
-		tree = append(tree, below...)
-		next = below
-	}
-	return tree
+	roots, below := childTrees(isCRIU)
+	return append(roots, below...)
 }
 
 func isCRIU(pid int) bool {
@@ -134,13 +106,19 @@ func isCRIU(pid int) bool {
 // restoreTree returns the processes under this process's runc restore
 // of container id, parents before their children; not runc itself.
 func restoreTree(id string) []int {
+	_, below := childTrees(func(pid int) bool { return isRestoreOf(pid, id) })
+	return below
+}
+
+// childTrees returns this process's children that match, and every
+// process below them, parents before their children, read from /proc.
+func childTrees(match func(pid int) bool) (roots, below []int) {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	self := os.Getpid()
 	children := map[int][]int{}
-	var runcs []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
@@ -151,21 +129,19 @@ func restoreTree(id string) []int {
 			continue
 		}
 		children[ppid] = append(children[ppid], pid)
-		if ppid == self && isRestoreOf(pid, id) {
-			runcs = append(runcs, pid)
+		if ppid == self && match(pid) {
+			roots = append(roots, pid)
 		}
 	}
-	var tree []int
-	next := runcs
-	for len(next) > 0 {
-		var below []int
+	for next := roots; len(next) > 0; {
+		var level []int
 		for _, pid := range next {
-			below = append(below, children[pid]...)
+			level = append(level, children[pid]...)
 		}
-		tree = append(tree, below...)
-		next = below
+		below = append(below, level...)
+		next = level
 	}
-	return tree
+	return roots, below
 }
 
 // parentOf reads a process's parent from /proc/PID/stat.
