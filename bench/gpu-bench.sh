@@ -139,27 +139,29 @@ if [ "${GPU_BENCH_ENGINE:-}" = vllm ]; then
 	PYTHONPATH=$vllm_site "$py" -c 'import vllm' 2>/dev/null ||
 		die "no vLLM importable from $vllm_site: install vLLM 0.24.0 there (images/README.md, vLLM engine) or set REKINDLE_VLLM_SITE"
 	site=$vllm_site
-	[ -f "$vllm_model/config.json" ] || "$py" "$root/tests/gpu/make-model.py" --shape "$vllm_shape" "$vllm_model" ||
-		die "tests/gpu/make-model.py failed"
 elif [ "${GPU_BENCH_ENGINE:-}" = sglang ]; then
 	[ -d "$sglang_site/sglang" ] ||
 		die "no SGLang in $sglang_site: install SGLang 0.5.17 there (integrations/sglang/wheels.sh; images/README.md, SGLang engine) or set REKINDLE_SGLANG_SITE"
 	site=$sglang_site
-	[ -f "$vllm_model/config.json" ] || "$py" "$root/tests/gpu/make-model.py" --shape "$vllm_shape" "$vllm_model" ||
-		die "tests/gpu/make-model.py failed"
 	sargs=${GPU_BENCH_SGLANG_ARGS:---context-length 2048 --mem-fraction-static 0.4 --cuda-graph-max-bs 8}
 	[ "$tp" -eq 1 ] || sargs+=" --tp-size $tp"
-	# The kernels SGLang compiles at first use, built here once per shape and
-	# layout: the container has no CUDA compiler.
-	PREBUILD_ARGS=$([ "$tp" -eq 1 ] || echo "--tp-size $tp") \
-		"$root/integrations/sglang/prebuild-kernels.sh" "$sglang_site" "$vllm_model" "$py" >&2 ||
-		die "integrations/sglang/prebuild-kernels.sh failed"
 elif ! "$py" -c 'import torch_memory_saver' 2>/dev/null; then
 	wheels=${REKINDLE_WHEELS:-$root/.whl}
 	whl=$(ls "$wheels"/torch_memory_saver-*.whl 2>/dev/null | tail -1)
 	[ -n "$whl" ] || die "torch_memory_saver is not installed for $py and no wheel in $wheels (images/README.md says how to fetch it)"
 	site=$work/site
 	"$py" -m pip install -q --no-index --no-deps --no-compile --target "$site" "$whl"
+fi
+# vLLM and SGLang serve the same test model, made once.
+if [ "$llm" = 1 ] && [ ! -f "$vllm_model/config.json" ]; then
+	"$py" "$root/tests/gpu/make-model.py" --shape "$vllm_shape" "$vllm_model" || die "tests/gpu/make-model.py failed"
+fi
+if [ "${GPU_BENCH_ENGINE:-}" = sglang ]; then
+	# The kernels SGLang compiles at first use, built here once per shape and
+	# layout: the container has no CUDA compiler.
+	PREBUILD_ARGS=$([ "$tp" -eq 1 ] || echo "--tp-size $tp") \
+		"$root/integrations/sglang/prebuild-kernels.sh" "$sglang_site" "$vllm_model" "$py" >&2 ||
+		die "integrations/sglang/prebuild-kernels.sh failed"
 fi
 mapfile -t pyflags < <(PYTHONPATH=${site}${site:+${PYTHONPATH:+:}}${PYTHONPATH:-} \
 	"$root/images/gpu-engine/host-python.sh" "$py") || die "images/gpu-engine/host-python.sh failed"
