@@ -21,6 +21,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -188,15 +189,37 @@ func isRestoreOf(pid int, id string) bool {
 // the container's cgroup empty when it removes it.
 func stopAndKill(id string) []int {
 	var tree []int
+	stopped := map[int]bool{}
 	for i := 0; i < 10; i++ {
 		next := restoreTree(id)
 		for _, pid := range next {
 			unix.Kill(pid, unix.SIGSTOP)
+			stopped[pid] = true
 		}
-		if len(next) == len(tree) {
-			break
+		// The same members, not just as many: a hook forking short-lived
+		// helpers (nerdctl's, running CNI plugins) keeps the count while
+		// a new child is stopped that the last look missed.
+		same := len(next) == len(tree)
+		for _, pid := range next {
+			same = same && slices.Contains(tree, pid)
 		}
 		tree = next
+		if same {
+			break
+		}
+	}
+	// A process stopped in an earlier look that left the tree (its parent
+	// died) went to this subreaper; stopped for good, it would hold the
+	// pipes runc waits on.
+	inTree := make(map[int]bool, len(tree))
+	for _, pid := range tree {
+		inTree[pid] = true
+	}
+	self := os.Getpid()
+	for pid := range stopped {
+		if ppid, ok := parentOf(pid); ok && ppid == self && !inTree[pid] && !isRestoreOf(pid, id) {
+			unix.Kill(pid, unix.SIGKILL)
+		}
 	}
 	top := make(map[int]bool) // runc's children: CRIU
 	for _, pid := range tree {

@@ -154,3 +154,35 @@ func TestRestoreWithinKillsCRIUTheShimAdopted(t *testing.T) {
 	var ws unix.WaitStatus
 	unix.Wait4(helper, &ws, unix.WNOHANG, nil)
 }
+
+// A hook runc waits on (nerdctl's, running CNI plugins) forks short-lived
+// children all the time: each look at the tree may find as many processes
+// as the last, but not the same ones. None of them may be left stopped,
+// holding the pipe runc reads the hook's output from, or runc, stuck, is
+// killed after the grace and cannot clean up.
+func TestRestoreWithinStopsAHookThatForks(t *testing.T) {
+	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	grace := restoreKillGrace
+	restoreKillGrace = 3 * time.Second
+	defer func() { restoreKillGrace = grace }()
+	dir := t.TempDir()
+	hook := filepath.Join(dir, "hook")
+	require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\nwhile :; do /bin/true & /bin/true & /bin/true & wait; done\n"), 0o700))
+	script := filepath.Join(dir, "runc")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nout=$("+hook+")\necho done >"+dir+"/cleaned-up\nexit 1\n"), 0o700))
+	for i := 0; i < 20; i++ {
+		os.Remove(filepath.Join(dir, "cleaned-up"))
+		start := time.Now()
+		timedOut, err := RestoreWithin(context.Background(), "c1", start.Add(50*time.Millisecond), runFake(script, "c1"))
+		assert.True(t, timedOut)
+		assert.Error(t, err)
+		require.FileExists(t, filepath.Join(dir, "cleaned-up"), "run %d: runc was killed (after %s) before it could clean up", i, time.Since(start))
+	}
+	// Reap what this test adopted.
+	for {
+		if _, err := unix.Wait4(-1, nil, unix.WNOHANG, nil); err != nil {
+			break
+		}
+	}
+}
