@@ -191,4 +191,39 @@ failed=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log.fail 2>/dev/null)
 died=$(grep -c 'fault: Restore of a child task failure!' <<<"$failed" || true)
 [ "$died" -gt 0 ] || die "zdtm: CRIU_FAULT=7 failed no restore (no restore.log.fail naming the fault)"
 note "zdtm: $died restores failed when a child died after its files, and passed without the fault"
+
+# criu-patches/cuda-restore-the-CUDA-state-of-a-tree-s-processes-at: with
+# the CUDA plugin forced on (CRIU_FAULT=138: no GPU here) and zdtm's mocked
+# cuda-checkpoint, whose restores take 1 s, the tasks of cow00's tree (three
+# in the ns flavour) restore their CUDA state at once, then unlock; a
+# restore that fails fails the whole restore, naming the task.
+note "zdtm: cow00 with the CUDA plugin and a mocked cuda-checkpoint (CRIU_FAULT=138)"
+rm -rf "$src/test/dump"
+mock=$(mktemp)
+args=(--keep-img always --mocked-cuda-checkpoint -t zdtm/static/cow00)
+(cd "$src/test" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin CRIU_FAULT=138 MOCK_CUDA_CHECKPOINT_LOG="$mock" \
+	MOCK_CUDA_CHECKPOINT_DELAY_MS=1000 timeout 900 /usr/bin/python3 zdtm.py run "${args[@]}" -f ns) ||
+	die "zdtm: cow00 with the mocked cuda-checkpoint failed"
+# Lines: ACTION PID START END (ns). Every restore starts before any ends;
+# every unlock starts after the last restore ended.
+read -r n overlap ordered < <(awk '$1 == "restore" { n++; if (!s || $3 > s) s = $3; if (!e || $4 < e) e = $4; if ($4 > last) last = $4 }
+	$1 == "unlock" { u[NR] = $3 }
+	END { ok = 1; for (i in u) if (u[i] < last) ok = 0; print n + 0, (s < e), ok }' "$mock")
+[ "$n" -ge 2 ] || die "zdtm: the mocked cuda-checkpoint restored $n task(s) of cow00's tree, want 2 or more: $(cat "$mock")"
+[ "$overlap" = 1 ] || die "zdtm: the CUDA restores of cow00's tasks ran one after another: $(grep ^restore "$mock")"
+[ "$ordered" = 1 ] || die "zdtm: a CUDA unlock started before every restore had ended: $(cat "$mock")"
+note "zdtm: $n tasks restored their CUDA state at once, then unlocked"
+rm -rf "$src/test/dump"
+args=(--keep-img always --mocked-cuda-checkpoint -t zdtm/static/cow00)
+if (cd "$src/test" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin CRIU_FAULT=138 MOCK_CUDA_CHECKPOINT_FAIL=restore \
+	timeout 900 /usr/bin/python3 zdtm.py run "${args[@]}" -f h) >"$mock" 2>&1; then
+	die "zdtm: cow00 restored though every mocked CUDA restore failed"
+fi
+failed=$(cat "$src"/test/dump/zdtm/static/cow00/*/*/restore.log 2>/dev/null)
+grep -q 'RESUME_DEVICES RESTORE failed for pid [0-9]* with .*mocked restore failure' <<<"$failed" &&
+	grep -q 'Devices of the restored tasks could not be resumed' <<<"$failed" &&
+	grep -q 'Restoring FAILED' <<<"$failed" ||
+	die "zdtm: a failed mocked CUDA restore did not fail the restore naming the task: $(tail -5 "$mock")"
+rm -f "$mock"
+note "zdtm: a failed CUDA restore failed the restore, naming the task"
 taint_check
