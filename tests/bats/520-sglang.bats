@@ -19,6 +19,7 @@
 #                          510-vllm.bats shares; made by tests/gpu/make-model.py when absent)
 #   REKINDLE_SGLANG_ARGS   more launch_server flags (default: --context-length 2048
 #                          --mem-fraction-static 0.4 --cuda-graph-max-bs 8)
+#   REKINDLE_SGLANG_CHECKPOINT_FLAGS  more oci-checkpoint create flags for the checkpoints (e.g. --compression pages)
 #   REKINDLE_SGLANG_BIG_SHAPE  the real-size model's shape (make-model.py --shape; default qwen3-8b, 16.4 GB)
 #   REKINDLE_SGLANG_BIG_MODEL  its folder (default /var/tmp/rekindle-vllm-SHAPE, which 510 shares; made when absent)
 #   REKINDLE_PYTHON        host interpreter with torch (default python3)
@@ -309,7 +310,8 @@ cold_and_checkpoint() {
 	inside "$name" >"$BATS_FILE_TMPDIR/inside"
 	echo "$image" >>"$BATS_TEST_TMPDIR/images"
 	t=$EPOCHREALTIME
-	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang "$name" "$image"
+	# shellcheck disable=SC2086 # flags, split on purpose
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang ${REKINDLE_SGLANG_CHECKPOINT_FLAGS:-} "$name" "$image"
 	say "$name: $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
 	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
 	say "$name: checkpoint image $(($(jq -r .layer_size <<<"$output") >> 20)) MiB, $(jq -r '.annotations."org.rekindle.gpu.count"' <<<"$output") GPU(s)"
