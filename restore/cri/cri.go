@@ -148,14 +148,18 @@ func ForgetFailed(ctx context.Context, r *checkpointimage.Restorer, id string, e
 }
 
 // DumpedSpec returns the spec the checkpointed container ran with
-// (spec.dump), from the cached extracted checkpoint that restoreDir names.
-func DumpedSpec(restoreDir string) (*runtimespec.Spec, error) {
+// (spec.dump), from the cached extracted checkpoint of checkpoint image
+// image that restoreDir names.
+func DumpedSpec(restoreDir, image string) (*runtimespec.Spec, error) {
 	held, err := os.ReadFile(filepath.Join(restoreDir, CachePathFile))
 	if err != nil {
 		return nil, err
 	}
 	dumped, _, err := crmetadata.ReadContainerCheckpointSpecDump(string(held))
-	return dumped, err
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint image %s: %w", image, err)
+	}
+	return dumped, nil
 }
 
 // ColdSpec returns the spec of a cold start of the checkpointed container's
