@@ -196,7 +196,8 @@ note "zdtm: $died restores failed when a child died after its files, and passed 
 # the CUDA plugin forced on (CRIU_FAULT=138: no GPU here) and zdtm's mocked
 # cuda-checkpoint, whose restores take 1 s, the tasks of cow00's tree (three
 # in the ns flavour) restore their CUDA state at once, then unlock; a
-# restore that fails fails the whole restore, naming the task.
+# restore that fails is logged as an error naming the task, which is left
+# locked (the restore goes on, as CRIU's did: see the patches).
 note "zdtm: cow00 with the CUDA plugin and a mocked cuda-checkpoint (CRIU_FAULT=138)"
 rm -rf "$src/test/dump"
 mock=$(mktemp)
@@ -214,16 +215,16 @@ read -r n overlap ordered < <(awk '$1 == "restore" { n++; if (!s || $3 > s) s = 
 [ "$ordered" = 1 ] || die "zdtm: a CUDA unlock started before every restore had ended: $(cat "$mock")"
 note "zdtm: $n tasks restored their CUDA state at once, then unlocked"
 rm -rf "$src/test/dump"
+: >"$mock"
 args=(--keep-img always --mocked-cuda-checkpoint -t zdtm/static/cow00)
-if (cd "$src/test" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin CRIU_FAULT=138 MOCK_CUDA_CHECKPOINT_FAIL=restore \
-	timeout 900 /usr/bin/python3 zdtm.py run "${args[@]}" -f h) >"$mock" 2>&1; then
-	die "zdtm: cow00 restored though every mocked CUDA restore failed"
-fi
-failed=$(cat "$src"/test/dump/zdtm/static/cow00/*/*/restore.log 2>/dev/null)
-grep -q 'RESUME_DEVICES RESTORE failed for pid [0-9]* with .*mocked restore failure' <<<"$failed" &&
-	grep -q 'Devices of the restored tasks could not be resumed' <<<"$failed" &&
-	grep -q 'Restoring FAILED' <<<"$failed" ||
-	die "zdtm: a failed mocked CUDA restore did not fail the restore naming the task: $(tail -5 "$mock")"
+(cd "$src/test" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin CRIU_FAULT=138 MOCK_CUDA_CHECKPOINT_LOG="$mock" \
+	MOCK_CUDA_CHECKPOINT_FAIL=restore timeout 900 /usr/bin/python3 zdtm.py run "${args[@]}" -f h) ||
+	die "zdtm: cow00 with every mocked CUDA restore failing did not restore"
+logs=$(cat "$src"/test/dump/zdtm/static/cow00/*/*/restore.log 2>/dev/null)
+grep -q 'restore of pid [0-9]* failed: .*mocked restore failure' <<<"$logs" &&
+	grep -q 'Devices of the restored tasks could not all be resumed' <<<"$logs" ||
+	die "zdtm: a failed mocked CUDA restore was not logged as an error naming the task: $(grep -m3 cuda_plugin <<<"$logs")"
+! grep -q '^unlock ' "$mock" || die "zdtm: a task whose CUDA restore failed was unlocked: $(cat "$mock")"
 rm -f "$mock"
-note "zdtm: a failed CUDA restore failed the restore, naming the task"
+note "zdtm: a failed CUDA restore was logged as an error naming the task, and its task left locked"
 taint_check
