@@ -41,8 +41,9 @@ def table(runs):
              "|---|---|---|---|---|---|---|"]
     for r in runs:
         first = f"{r['first_s']:.2f} s" + (f" ({r['first_note']})" if r.get("first_note") else "")
+        cached = f"**{r['cached_s']:.2f} s**" + (f" ({r['cached_note']})" if r.get("cached_note") else "")
         lines.append(f"| [{r['engine']}](benchmarks-history.md#{slug(r['history'])}) | {r['model']} | "
-                     f"{r['host']}, {r['date']} | {r['cold_s']:.2f} s | {first} | **{r['cached_s']:.2f} s** | "
+                     f"{r['host']}, {r['date']} | {r['cold_s']:.2f} s | {first} | {cached} | "
                      f"{r['cold_s'] / r['cached_s']:.1f}x |")
     return "\n".join(lines)
 

@@ -7,7 +7,8 @@ RUNS = [{"engine": "SGLang 0.5.17", "model": "1.15 B Qwen2", "host": "H200", "da
          "cold_s": 71.56, "first_s": 6.34, "cached_s": 2.36,
          "history": "SGLang 0.5.17, first run through Rekindle (2 × H200, 2026-11-28)"},
         {"engine": "CPU engine", "model": "2 GB", "host": "VM", "date": "2026-11-24",
-         "cold_s": 2.83, "first_s": 5.52, "cached_s": 1.8, "first_note": "cold disk", "history": "CPU (VM)"}]
+         "cold_s": 2.83, "first_s": 5.52, "cached_s": 1.8, "first_note": "cold disk", "cached_note": "warm",
+         "history": "CPU (VM)"}]
 
 
 class Page(unittest.TestCase):
@@ -19,7 +20,7 @@ class Page(unittest.TestCase):
         t = rp.table(RUNS).splitlines()
         self.assertEqual(len(t), 4)
         self.assertIn("| 71.56 s | 6.34 s | **2.36 s** | 30.3x |", t[2])
-        self.assertIn("5.52 s (cold disk)", t[3])
+        self.assertIn("5.52 s (cold disk) | **1.80 s** (warm) |", t[3])
         self.assertIn("(benchmarks-history.md#sglang-0517-first-run-through-rekindle-2--h200-2026-11-28)", t[2])
 
     def test_page_replaces_only_between_the_markers(self):
