@@ -387,6 +387,10 @@ set_rate() {
 	run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big "$BIG_MODEL"
 	say "weight set big: $("$BIN/rekindle-weights" status --json big | jq -c '{bytes, load_seconds: .manifest.load_seconds, gbps: .manifest.gbps}')"
 	local set=(--device rekindle.dev/weights=big --env=ENGINE_WEIGHT_SET=/rekindle/weights/big)
+	# SGLang's release leaves its prefill CUDA graph on the GPU, which the
+	# checkpoint carries: without it an 8B-class cached restore took 2.5 s,
+	# not 3.1 s (docs/benchmarks-history.md).
+	[[ $SARGS == *prefill-cuda-graph* ]] || SARGS+=" --disable-prefill-cuda-graph"
 	SMODEL=$BIG_MODEL cold_and_checkpoint sglang-big rekindle.local/ckpt:sglang-big "${set[@]}"
 	sync
 	echo 3 >/proc/sys/vm/drop_caches
