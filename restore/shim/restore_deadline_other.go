@@ -30,5 +30,7 @@ func RestoreWithin(ctx context.Context, _ string, deadline time.Time, restore fu
 	return ctx.Err() == context.DeadlineExceeded, err
 }
 
-// RemoveRestoreLeftovers: runc's restore is Linux's.
+// UnbindRestoreRoot and RemoveRestoreLeftovers: runc's restore is Linux's.
+func UnbindRestoreRoot(_, _ string) error { return nil }
+
 func RemoveRestoreLeftovers(_, _, _ string) error { return nil }

@@ -24,26 +24,39 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
+// UnbindRestoreRoot undoes runc's bind of the container's root at
+// criu-root in its state dir (runcRoot/id), which a runc killed in its
+// restore leaves: before anything removes that dir, as runc delete does
+// with os.RemoveAll, which would go down into the root and empty it.
+func UnbindRestoreRoot(runcRoot, id string) error {
+	criuRoot := filepath.Join(runcRoot, id, "criu-root")
+	err := unix.Unmount(criuRoot, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	if err != nil && err != unix.EINVAL && err != unix.ENOENT {
+		return &os.PathError{Op: "unmount", Path: criuRoot, Err: err}
+	}
+	return nil
+}
+
 // RemoveRestoreLeftovers removes what a `runc restore` of container id
-// leaves when it is killed (RestoreWithin's grace ran out): runc writes
-// its state only once the restore is done, so a forced `runc delete`
-// finds nothing, and the container's root stays bound at criu-root in
-// runc's state dir (runcRoot/id) and its cgroups stay, empty, in every
-// hierarchy. The cgroups are those of the bundle's spec; a systemd
-// slice ("slice:prefix:name") is systemd's to remove.
+// that was killed leaves once runc delete has run: runc deletes a
+// container whose state it wrote (at CRIU's post-restore notice), and
+// otherwise only its state dir, so the container's cgroups, those of the
+// bundle's spec, stay, empty, in every hierarchy. A systemd slice
+// ("slice:prefix:name") is systemd's to remove, and a relative path, which
+// runc resolves against its own cgroup, is left alone.
 func RemoveRestoreLeftovers(runcRoot, id, bundle string) error {
 	var errs []error
-	state := filepath.Join(runcRoot, id)
-	criuRoot := filepath.Join(state, "criu-root")
-	if err := unix.Unmount(criuRoot, unix.MNT_DETACH); err != nil && err != unix.EINVAL && err != unix.ENOENT {
-		errs = append(errs, &os.PathError{Op: "unmount", Path: criuRoot, Err: err})
+	if err := UnbindRestoreRoot(runcRoot, id); err != nil {
+		errs = append(errs, err)
 	}
-	for _, dir := range []string{criuRoot, state} {
+	state := filepath.Join(runcRoot, id)
+	for _, dir := range []string{filepath.Join(state, "criu-root"), state} {
 		// Only what is empty: runc's state of a restore that got further
 		// is runc delete's.
 		if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, unix.ENOTEMPTY) {
@@ -54,7 +67,7 @@ func RemoveRestoreLeftovers(runcRoot, id, bundle string) error {
 	if err != nil {
 		return errors.Join(append(errs, err)...)
 	}
-	if path == "" || strings.Contains(path, ":") {
+	if !strings.HasPrefix(path, "/") || strings.Contains(path, ":") {
 		return errors.Join(errs...)
 	}
 	mounts, err := cgroupMounts()
@@ -62,15 +75,34 @@ func RemoveRestoreLeftovers(runcRoot, id, bundle string) error {
 		return errors.Join(append(errs, err)...)
 	}
 	for _, mp := range mounts {
-		dir := filepath.Join(mp, filepath.Clean("/"+path))
+		dir := filepath.Join(mp, filepath.Clean(path))
 		if dir == mp {
 			continue
 		}
-		if err := unix.Rmdir(dir); err != nil && err != unix.ENOENT {
-			errs = append(errs, &os.PathError{Op: "rmdir", Path: dir, Err: err})
+		if err := removeCgroup(dir); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removeCgroup removes an empty cgroup; the kernel answers EBUSY while
+// killed tasks are still leaving it.
+func removeCgroup(dir string) error {
+	var err error
+	for i := 0; i < 50; i++ {
+		if err = unix.Rmdir(dir); err != unix.EBUSY {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err != nil && err != unix.ENOENT {
+		if _, serr := os.Stat(dir); errors.Is(serr, os.ErrNotExist) {
+			return nil // EROFS and the like, for a path that is not there
+		}
+		return &os.PathError{Op: "rmdir", Path: dir, Err: err}
+	}
+	return nil
 }
 
 func specCgroupsPath(config string) (string, error) {
@@ -89,7 +121,7 @@ func specCgroupsPath(config string) (string, error) {
 }
 
 // cgroupMounts returns the mount points of this mount namespace's cgroup
-// (v1) and cgroup2 file systems.
+// (v1) and cgroup2 file systems, each mounted from its root.
 func cgroupMounts() ([]string, error) {
 	f, err := os.Open("/proc/self/mountinfo")
 	if err != nil {
@@ -105,7 +137,9 @@ func cgroupMounts() ([]string, error) {
 			continue
 		}
 		f, g := strings.Fields(pre), strings.Fields(post)
-		if len(f) >= 5 && len(g) >= 1 && (g[0] == "cgroup" || g[0] == "cgroup2") {
+		// A hierarchy mounted from its root: a bound sub-cgroup would
+		// map the path elsewhere.
+		if len(f) >= 5 && f[3] == "/" && len(g) >= 1 && (g[0] == "cgroup" || g[0] == "cgroup2") {
 			mps = append(mps, unescapeMountinfo(f[4]))
 		}
 	}

@@ -76,11 +76,29 @@ func TestRemoveRestoreLeftovers(t *testing.T) {
 	require.NoError(t, RemoveRestoreLeftovers(runcRoot, id, bundle))
 }
 
-func TestRemoveRestoreLeftoversLeavesASystemdSlice(t *testing.T) {
-	bundle := t.TempDir()
-	require.NoError(t, os.WriteFile(filepath.Join(bundle, "config.json"),
-		[]byte(`{"ociVersion":"1.2.0","linux":{"cgroupsPath":"system.slice:rekindle:c1"}}`), 0o644))
-	assert.NoError(t, RemoveRestoreLeftovers(t.TempDir(), "c1", bundle))
+func TestRemoveRestoreLeftoversLeavesASystemdSliceAndRelativePaths(t *testing.T) {
+	for _, path := range []string{"system.slice:rekindle:c1", "rekindle-relative"} {
+		bundle := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(bundle, "config.json"),
+			[]byte(`{"ociVersion":"1.2.0","linux":{"cgroupsPath":"`+path+`"}}`), 0o644))
+		assert.NoError(t, RemoveRestoreLeftovers(t.TempDir(), "c1", bundle), path)
+	}
+}
+
+// runc delete's os.RemoveAll of its state dir goes down into a root still
+// bound at criu-root: unbound first, the root keeps its files.
+func TestUnbindRestoreRootKeepsTheRoot(t *testing.T) {
+	testutil.RequiresRoot(t)
+	runcRoot, rootfs := t.TempDir(), t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(rootfs, "keep"), []byte("x"), 0o644))
+	criuRoot := filepath.Join(runcRoot, "c1", "criu-root")
+	require.NoError(t, os.MkdirAll(criuRoot, 0o755))
+	require.NoError(t, unix.Mount(rootfs, criuRoot, "", unix.MS_BIND|unix.MS_REC, ""))
+	defer unix.Unmount(criuRoot, unix.MNT_DETACH)
+	require.NoError(t, UnbindRestoreRoot(runcRoot, "c1"))
+	require.NoError(t, os.RemoveAll(filepath.Join(runcRoot, "c1")))
+	assert.FileExists(t, filepath.Join(rootfs, "keep"), "the root was emptied through criu-root")
+	require.NoError(t, UnbindRestoreRoot(runcRoot, "c1"), "nothing bound: no error")
 }
 
 func TestUnescapeMountinfo(t *testing.T) {
