@@ -17,7 +17,6 @@
 package shim
 
 import (
-	"bufio"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +25,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/moby/sys/mountinfo"
 	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
@@ -121,44 +121,18 @@ func specCgroupsPath(config string) (string, error) {
 }
 
 // cgroupMounts returns the mount points of this mount namespace's cgroup
-// (v1) and cgroup2 file systems, each mounted from its root.
+// (v1) and cgroup2 file systems, each mounted from its root: a bound
+// sub-cgroup would map the path elsewhere.
 func cgroupMounts() ([]string, error) {
-	f, err := os.Open("/proc/self/mountinfo")
+	infos, err := mountinfo.GetMounts(mountinfo.FSTypeFilter("cgroup", "cgroup2"))
 	if err != nil {
 		return nil, err
 	}
-	defer f.Close()
 	var mps []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		// ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS [OPTIONAL...] - FSTYPE SOURCE SUPER
-		pre, post, ok := strings.Cut(s.Text(), " - ")
-		if !ok {
-			continue
-		}
-		f, g := strings.Fields(pre), strings.Fields(post)
-		// A hierarchy mounted from its root: a bound sub-cgroup would
-		// map the path elsewhere.
-		if len(f) >= 5 && f[3] == "/" && len(g) >= 1 && (g[0] == "cgroup" || g[0] == "cgroup2") {
-			mps = append(mps, unescapeMountinfo(f[4]))
+	for _, m := range infos {
+		if m.Root == "/" {
+			mps = append(mps, m.Mountpoint)
 		}
 	}
-	return mps, s.Err()
-}
-
-// unescapeMountinfo undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMountinfo(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var c byte
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%3o", &c); err == nil {
-				b.WriteByte(c)
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
+	return mps, nil
 }

@@ -100,8 +100,3 @@ func TestUnbindRestoreRootKeepsTheRoot(t *testing.T) {
 	assert.FileExists(t, filepath.Join(rootfs, "keep"), "the root was emptied through criu-root")
 	require.NoError(t, UnbindRestoreRoot(runcRoot, "c1"), "nothing bound: no error")
 }
-
-func TestUnescapeMountinfo(t *testing.T) {
-	assert.Equal(t, "/a b/c", unescapeMountinfo(`/a\040b/c`))
-	assert.Equal(t, `/a\`, unescapeMountinfo(`/a\`))
-}
