@@ -33,6 +33,8 @@ import (
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/pkg/archive"
 	"github.com/containerd/containerd/v2/pkg/archive/compression"
+
+	"rekindle.local/restore/zstdframes"
 )
 
 // entryAllowed accepts the entry types a checkpoint archive is made of:
@@ -62,7 +64,7 @@ func ExtractLayer(ctx context.Context, provider content.Provider, layer ocispec.
 		return fmt.Errorf("checkpoint layer %s: %w", layer.Digest, err)
 	}
 	defer ra.Close()
-	ds, err := compression.DecompressStream(content.NewReader(ra))
+	ds, err := zstdframes.Decompress(content.NewReader(ra))
 	if err != nil {
 		return fmt.Errorf("checkpoint layer %s: %w", layer.Digest, err)
 	}
