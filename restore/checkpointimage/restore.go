@@ -386,8 +386,9 @@ func (r *Restorer) HoldCheckpointDir(ctx context.Context, snName string, ci *Ima
 }
 
 // ReleaseCheckpointDir drops the view that HoldCheckpointDir gave container
-// id in snapshotter snName, once the container no longer restores from it;
-// the cache entry is then free to go. A container without one is left as is.
+// id in snapshotter snName, once the container no longer restores from it,
+// unmounting at once the layer kept in place if it was mounted for it; the
+// cache entry is then free to go. A container without one is left as is.
 func (r *Restorer) ReleaseCheckpointDir(ctx context.Context, snName, id string) error {
 	sn := r.Snapshotter(snName)
 	if sn == nil {

@@ -59,6 +59,10 @@ func ReadLimits(bundle string) (Limits, error) {
 // the least of the container's memory limit (whose processes CRIU
 // restores those pages into), the host's ceiling and avail, the host's
 // available memory (-1 if unknown), and what that bound is; -1 if none.
+// A restore beyond the container's limit would be OOM-killed after all
+// its work. The tmpfs pages are charged to the shim's cgroup, not the
+// container's, which runc restore creates only after the decode: the
+// container's limit keeps the decode to what the container may take.
 func (l Limits) decodeBound(avail int64) (bound int64, from string) {
 	bound = -1
 	for _, b := range []struct {
