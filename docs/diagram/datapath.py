@@ -43,7 +43,7 @@ PATCHES = {
     "c-fault": ("containerd-patches", "archive-fault-a-large-file-s-pages"),
     "c-nohash": ("containerd-patches", "diff-apply-do-not-hash-an-uncompressed-layer"),
     "c-direct": ("containerd-patches", "diff-apply-read-a-layer-s-blob-with-O_DIRECT"),
-    "c-zstd": ("containerd-patches", "compression-decode-a-zstd-stream-s-frames-in-paralle"),
+    "c-zstd": ("containerd-patches", "builtins-decode-zstd-layers-several-frames-at-once"),
     "c-pages-zst": ("containerd-patches", "runc-shim-decode-compressed-CRIU-pages-images-into-m"),
     "c-decode-bound": ("containerd-patches", "runc-shim-bound-the-decoded-pages-images-by-the-cont"),
     "c-deadline": ("containerd-patches", "runc-shim-kill-a-restore-that-outlasts-checkpoint_re"),
@@ -176,7 +176,7 @@ BOXES = [
      "there, pulled when not. Layers that are extracted (compressed ones) are read ahead, decoded "
      "frame by frame on every core, faulted in and hashed once.",
      [P("c-base", "base image found locally"), P("c-readahead", "read ahead, hash on a goroutine"),
-      P("c-zstd", "zstd frames decoded in parallel"),
+      P("c-zstd", "zstd frames decoded in parallel"), "restore/zstdframes/",
       P("c-fault", "pages faulted in ahead of the writer"), P("c-nohash", "no second hash"),
       P("c-direct", "blob read with O_DIRECT")]),
     ("in-place layer",
