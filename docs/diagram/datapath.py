@@ -88,6 +88,7 @@ PATCHES = {
     "k-cgns": ("criu-patches", "cgroup-create-the-root-task-s-cgroup-namespace"),
     "k-beneath": ("criu-patches", "files-reg-resolve-ghost-and-link-remap-names-beneath"),
     "k-in-root": ("criu-patches", "files-resolve-FIFO-lease-inotify-and-unix-socket-nam"),
+    "k-reap": ("criu-patches", "restore-reap-the-seized-tasks-it-kills-in-a-new-pid"),
     "k-sentinel": ("criu-patches", "restore-tell-device-plugins-when-every-task-has-been"),
     "k-cuda-once": ("criu-patches", "cuda-restore-the-CUDA-state-of-a-tree-s-processes-at"),
 }
@@ -240,7 +241,8 @@ BOXES = [
       P("k-beneath", "ghost and link-remap names kept beneath the mount's root"),
       P("k-in-root", "FIFO, lease, watch and unix socket names kept in the root"),
       P("k-sentinel", "device plugins told when every task is handed over"),
-      P("k-cuda-once", "a tree's CUDA processes restored at once")]),
+      P("k-cuda-once", "a tree's CUDA processes restored at once"),
+      P("k-reap", "a failed restore's tasks killed and reaped")]),
     ("CUDA restore",
      "CRIU's CUDA plugin runs cuda-checkpoint again: the GPU state goes back onto the GPUs CDI gave the "
      "new container (old UUIDs mapped onto new ones), then unlock; a service keeps the driver initialized "

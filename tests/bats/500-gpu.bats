@@ -4,7 +4,9 @@
 # `nerdctl run --device nvidia.com/gpu=N CHECKPOINT-IMAGE`: same process,
 # weights reloaded after the wake, identical greedy tokens. With two GPUs the
 # restore moves it from GPU 1 to GPU 0, and one replica per GPU is restored
-# from one checkpoint image at once (the host filled), timed against one.
+# from one checkpoint image at once (the host filled), timed against one. A
+# restore onto a GPU another process has filled fails at once, naming CUDA's
+# error, and leaves nothing on the GPU.
 #
 # Runs on a GPU host (tests/gpu/run.sh: CDI spec, CRIU's CUDA plugin, io_uring
 # off); everywhere else every test skips and says why. The container runs the
@@ -48,6 +50,7 @@ teardown() {
 	# A checkpoint archive is the image's size: gone even when the run keeps
 	# its temporary files (tests/gpu/run.sh does).
 	rm -f "$BATS_TEST_TMPDIR/ckpt.tar"
+	[ ! -f "$BATS_TEST_TMPDIR/hog.pid" ] || kill "$(cat "$BATS_TEST_TMPDIR/hog.pid")" 2>/dev/null || true
 	remove_listed "${RK_DIR:-$BATS_FILE_TMPDIR/rk}"
 }
 
@@ -193,6 +196,60 @@ roundtrip() {
 	gpu_setup
 	export CK_JSON=$BATS_TEST_TMPDIR/ck.json
 	roundtrip 1 0
+}
+
+# gpu_hog GPU FREE_MIB: a process of the host Python holding all but
+# FREE_MIB of GPU's memory until killed; prints its pid once it holds it.
+gpu_hog() {
+	local out=$BATS_TEST_TMPDIR/hog.out
+	CUDA_VISIBLE_DEVICES=$1 "$HOST_PY" -c '
+import sys, time, torch
+free, _ = torch.cuda.mem_get_info(0)
+x = torch.empty(free - int(sys.argv[1]) * 2**20, dtype=torch.uint8, device="cuda:0")
+print("holding", x.numel() >> 20, "MiB", flush=True)
+time.sleep(3600)' "$2" >"$out" 2>&1 &
+	echo $! | tee "$BATS_TEST_TMPDIR/hog.pid"
+	wait_for "a process to hold GPU $1's memory" 120 grep -q '^holding' "$out"
+}
+
+# bats test_tags=gpu
+@test "gpu-engine: a restore onto a GPU whose memory another process holds fails, naming CUDA's error, and leaves nothing running; once the GPU is free the image restores" {
+	skip_if_no_gpu
+	skip_if_no_gpu_stack
+	gpu_setup
+	local name=gpu-eng-full image=rekindle.local/ckpt:gpu-full port before hog t elapsed
+	port=$(free_port)
+	run_gpu_engine "$name" 0 "$port" "$GPU_IMAGE"
+	wait_for "the GPU engine on port $port to be healthy" "${REKINDLE_GPU_COLD_TIMEOUT:-900}" engine GET "$port" /health
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -c .output_ids)
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	run_cmd "$BIN/oci-checkpoint" --address "$RK_DIR/containerd.sock" --namespace default create --engine sglang \
+		--port "$port" "$name" "$image"
+	run_nerdctl rm -f "$name"
+
+	hog=$(gpu_hog 0 64)
+	say "$(cat "$BATS_TEST_TMPDIR/hog.out") of GPU 0 held by pid $hog"
+	echo "$name-r" >>"$BATS_TEST_TMPDIR/containers"
+	t=$EPOCHREALTIME
+	run_nerdctl '?' run -d --name "$name-r" --device nvidia.com/gpu=0 --network host "${PYFLAGS[@]}" \
+		--volume="$WEIGHTS:/weights" --env="ENGINE_PARAMS_GB=$GPU_GB" --env="ENGINE_PORT=$port" "$image"
+	elapsed=$(awk -v a="$t" -v b="$EPOCHREALTIME" 'BEGIN { printf "%.2f", b - a }')
+	local failed=$status out=$output
+	say "nerdctl run onto the full GPU: status $failed after ${elapsed}s"
+	only_hog() { [ -z "$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | tr -d ' ' | grep -vx "$hog")" ]; }
+	wait_for "GPU 0 to hold no process but the one filling it (nvidia-smi)" 30 only_hog
+	kill "$hog"
+	[ "$failed" -ne 0 ] || die "nerdctl run restored onto a GPU without room for the checkpoint's memory"
+	[[ $out == *"restore of pid"*"failed"* ]] || die "the error does not name the failed CUDA restore: $out"
+	[[ $out == *CUDA_ERROR* ]] || die "the error does not give CUDA's error: $out"
+	run_nerdctl ps -q --filter "name=$name-r"
+	is "$output" "" "no container running"
+
+	run_nerdctl '?' rm -f "$name-r"
+	run_gpu_engine "$name-r2" 0 "$port" "$image"
+	wait_for "the wake helper to record its outcome in $name-r2" 600 wake_recorded "$name-r2"
+	wait_for "the restored engine to be healthy" 120 engine GET "$port" /health
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -c .output_ids)" "$before" "greedy tokens once the GPU is free"
 }
 
 # weight_set: the engine's weights file (made on the host when no earlier
