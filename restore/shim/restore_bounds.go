@@ -37,15 +37,24 @@ type Limits struct {
 	bounds.Bounds
 }
 
-// ReadLimits reads the limits of a restore from the spec in bundle.
-func ReadLimits(bundle string) (Limits, error) {
+// readSpec reads the spec of the restore in bundle.
+func readSpec(bundle string) (*specs.Spec, error) {
 	b, err := os.ReadFile(filepath.Join(bundle, "config.json"))
 	if err != nil {
-		return Limits{}, err
+		return nil, err
 	}
 	var spec specs.Spec
 	if err := json.Unmarshal(b, &spec); err != nil {
-		return Limits{}, fmt.Errorf("read the spec of the restore: %w", err)
+		return nil, fmt.Errorf("read the spec of the restore: %w", err)
+	}
+	return &spec, nil
+}
+
+// ReadLimits reads the limits of a restore from the spec in bundle.
+func ReadLimits(bundle string) (Limits, error) {
+	spec, err := readSpec(bundle)
+	if err != nil {
+		return Limits{}, err
 	}
 	l := Limits{Bounds: bounds.FromAnnotations(spec.Annotations)}
 	if r := spec.Linux; r != nil && r.Resources != nil && r.Resources.Memory != nil &&

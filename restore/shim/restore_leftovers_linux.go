@@ -17,16 +17,13 @@
 package shim
 
 import (
-	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/moby/sys/mountinfo"
-	"github.com/opencontainers/runtime-spec/specs-go"
 	"golang.org/x/sys/unix"
 )
 
@@ -63,9 +60,13 @@ func RemoveRestoreLeftovers(runcRoot, id, bundle string) error {
 			errs = append(errs, err)
 		}
 	}
-	path, err := specCgroupsPath(filepath.Join(bundle, "config.json"))
+	spec, err := readSpec(bundle)
 	if err != nil {
 		return errors.Join(append(errs, err)...)
+	}
+	var path string
+	if spec.Linux != nil {
+		path = spec.Linux.CgroupsPath
 	}
 	if !strings.HasPrefix(path, "/") || strings.Contains(path, ":") {
 		return errors.Join(errs...)
@@ -103,21 +104,6 @@ func removeCgroup(dir string) error {
 		return &os.PathError{Op: "rmdir", Path: dir, Err: err}
 	}
 	return nil
-}
-
-func specCgroupsPath(config string) (string, error) {
-	b, err := os.ReadFile(config)
-	if err != nil {
-		return "", err
-	}
-	var spec specs.Spec
-	if err := json.Unmarshal(b, &spec); err != nil {
-		return "", fmt.Errorf("%s: %w", config, err)
-	}
-	if spec.Linux == nil {
-		return "", nil
-	}
-	return spec.Linux.CgroupsPath, nil
 }
 
 // cgroupMounts returns the mount points of this mount namespace's cgroup

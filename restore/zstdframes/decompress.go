@@ -37,7 +37,10 @@ func init() {
 // decoder, anything else as containerd's compression.DecompressStream
 // reads it.
 func Decompress(r io.Reader) (io.ReadCloser, error) {
-	br := bufio.NewReaderSize(r, 1<<20)
+	// DecompressStream's own buffer is as large: a read it makes of the
+	// stream goes past this one's, not through a second copy (an
+	// uncompressed checkpoint layer is most of what comes here).
+	br := bufio.NewReaderSize(r, 32<<10)
 	head, err := br.Peek(zstd.HeaderMaxSize)
 	if err != nil && err != io.EOF {
 		return nil, err
