@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""make-model.py DIR [--shape NAME] [--layers N ...]: write a model folder
+"""make-model.py DIR [--shape NAME] [--layers N ...] [--no-weights]: write a model folder
 that vLLM serves, with seeded random weights and a byte-level BPE tokenizer
 trained here on the Python standard library's sources: no download, the
 same bytes on every run with the same libraries. For tests and benchmarks of
@@ -11,6 +11,12 @@ Shapes (--shape; each number can be changed with its flag):
   qwen3-8b   Qwen3-8B's: hidden 4096, 36 layers, 32/8 heads, vocab 151936: 8.19 B, 16.4 GB
   qwen3-14b  Qwen3-14B's: hidden 5120, 40 layers, 40/8 heads: 14.8 B, 29.5 GB
   qwen3-32b  Qwen3-32B's: hidden 5120, 64 layers, 64/8 heads: 32.8 B, 65.5 GB
+  llama-70b  Llama-3.1-70B's: hidden 8192, 80 layers, 64/8 heads, vocab 128256: 70.6 B, 141 GB
+
+--no-weights writes the config and the tokenizer only, for a loader that
+makes the weights on the GPU: a shape too large for the host's disk or
+memory still serves. vLLM's --load-format dummy cannot reload, so a server
+checkpointed asleep at level 2 cannot wake; bench/vllm-random-weights can.
 
 Needs torch, safetensors and tokenizers (transformers brings them); a GPU
 makes the weights faster. Files of more than SHARD bytes are split as
@@ -31,16 +37,18 @@ SHAPES = {
     "qwen3-8b": dict(arch="qwen3", hidden=4096, intermediate=12288, layers=36, heads=32, kv_heads=8, vocab=151936),
     "qwen3-14b": dict(arch="qwen3", hidden=5120, intermediate=17408, layers=40, heads=40, kv_heads=8, vocab=151936),
     "qwen3-32b": dict(arch="qwen3", hidden=5120, intermediate=25600, layers=64, heads=64, kv_heads=8, vocab=151936),
+    "llama-70b": dict(arch="llama", hidden=8192, intermediate=28672, layers=80, heads=64, kv_heads=8, vocab=128256),
 }
+ARCHS = {"qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM", "llama": "LlamaForCausalLM"}
 
 
 def config(s):
     """The config.json of shape s (a SHAPES entry, maybe changed)."""
     qwen3 = s["arch"] == "qwen3"
     c = {
-        "architectures": ["Qwen3ForCausalLM" if qwen3 else "Qwen2ForCausalLM"], "model_type": s["arch"],
+        "architectures": [ARCHS[s["arch"]]], "model_type": s["arch"],
         "hidden_size": s["hidden"], "intermediate_size": s["intermediate"], "num_hidden_layers": s["layers"],
-        # vLLM's Qwen2 takes hidden / heads whatever head_dim says; Qwen3 reads head_dim.
+        # vLLM's Qwen2 and Llama take hidden / heads whatever head_dim says; Qwen3 reads head_dim.
         "num_attention_heads": s["heads"], "num_key_value_heads": s["kv_heads"],
         "head_dim": 128 if qwen3 else s["hidden"] // s["heads"],
         "vocab_size": s["vocab"], "max_position_embeddings": 4096, "rope_theta": 1000000.0,
@@ -49,8 +57,12 @@ def config(s):
         "use_sliding_window": False, "sliding_window": None, "max_window_layers": s["layers"],
         "attention_dropout": 0.0, "initializer_range": 0.02,
     }
-    if qwen3:
+    if qwen3 or s["arch"] == "llama":
         c["attention_bias"] = False
+    if s["arch"] == "llama":
+        c.update(rope_theta=500000.0, rms_norm_eps=1e-5, mlp_bias=False)
+        for k in ("use_sliding_window", "sliding_window", "max_window_layers"):
+            del c[k]
     return c
 
 
@@ -81,6 +93,7 @@ def tensors(cfg):
     h, inter, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
     hd, q, kv, V = cfg["head_dim"], cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["vocab_size"]
     qwen3 = cfg["model_type"] == "qwen3"
+    bias = cfg["model_type"] == "qwen2"
     yield "model.embed_tokens.weight", (V, h)
     for i in range(L):
         p = f"model.layers.{i}."
@@ -88,7 +101,7 @@ def tensors(cfg):
         yield p + "post_attention_layernorm.weight", (h,)
         for name, rows in (("q", q * hd), ("k", kv * hd), ("v", kv * hd)):
             yield p + f"self_attn.{name}_proj.weight", (rows, h)
-            if not qwen3:
+            if bias:
                 yield p + f"self_attn.{name}_proj.bias", (rows,)
         if qwen3:
             yield p + "self_attn.q_norm.weight", (hd,)
@@ -99,6 +112,13 @@ def tensors(cfg):
         yield p + "mlp.down_proj.weight", (h, inter)
     yield "model.norm.weight", (h,)
     yield "lm_head.weight", (V, h)
+
+
+def numel(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
 
 
 def weights(cfg, out):
@@ -152,6 +172,7 @@ def main():
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-1b")
     for k in ("hidden", "intermediate", "layers", "heads", "kv_heads", "vocab"):
         ap.add_argument("--" + k.replace("_", "-"), type=int, help=f"change the shape's {k.replace('_', ' ')}")
+    ap.add_argument("--no-weights", action="store_true", help="the config and tokenizer only (bench/vllm-random-weights)")
     a = ap.parse_args()
     shape = dict(SHAPES[a.shape])
     shape.update({k: v for k, v in vars(a).items() if k in shape and v is not None})
@@ -169,7 +190,7 @@ def main():
     os.makedirs(tmp)
     cfg = config(shape)
     tokenizer(tmp, shape["vocab"])
-    params = weights(cfg, tmp)
+    params = sum(numel(shape) for _, shape in tensors(cfg)) if a.no_weights else weights(cfg, tmp)
     with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     with open(os.path.join(tmp, "generation_config.json"), "w") as f:
@@ -178,7 +199,8 @@ def main():
         os.rmdir(a.dir)  # an empty folder left for us; a full one stops here
     os.rename(tmp, a.dir)
     print(f"make-model.py: wrote {a.dir}: {cfg['architectures'][0]}, {shape['layers']} layers, hidden {shape['hidden']}, "
-          f"{params / 1e9:.2f} B parameters ({params * 2 / 1e9:.1f} GB)", file=sys.stderr)
+          f"{params / 1e9:.2f} B parameters ({params * 2 / 1e9:.1f} GB"
+          + (", not written: serve it with --load-format random-gpu, bench/vllm-random-weights)" if a.no_weights else ")"), file=sys.stderr)
 
 
 if __name__ == "__main__":
