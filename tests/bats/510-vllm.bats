@@ -24,6 +24,8 @@
 #                            root), which wants room for two more copies of the checkpoint image
 #   REKINDLE_VLLM_BIG_MODEL  its folder (default /var/tmp/rekindle-vllm-SHAPE; made when absent)
 #   REKINDLE_VLLM_BIG_ARGS   its vllm serve flags (default: --max-model-len 2048 --gpu-memory-utilization 0.5)
+#   REKINDLE_VLLM_70B_MODEL  the 70B-class test's model folder (default /var/tmp/rekindle-vllm-llama-70b;
+#                            made when absent: make-model.py --shape llama-70b, 141 GB, some minutes)
 #   REKINDLE_PYTHON      host interpreter with torch (default python3)
 
 load helpers
@@ -38,6 +40,8 @@ BIG_SHAPE=${REKINDLE_VLLM_BIG_SHAPE:-qwen3-8b}
 BIG_MODEL=${REKINDLE_VLLM_BIG_MODEL:-/var/tmp/rekindle-vllm-$BIG_SHAPE}
 FRESH_NODE=${REKINDLE_VLLM_FRESH_NODE:-1}
 BIG_ARGS=${REKINDLE_VLLM_BIG_ARGS:---max-model-len 2048 --gpu-memory-utilization 0.5}
+BIG70_MODEL=${REKINDLE_VLLM_70B_MODEL:-/var/tmp/rekindle-vllm-llama-70b}
+BIG70_GB=142 # its weights, rounded up
 PORT=8000
 ONE='{"model": "/models/model", "prompt": "Rekindle restores warm GPU engines in seconds.", "max_tokens": 32, "temperature": 0, "ignore_eos": true, "return_token_ids": true}'
 BATCH='{"model": "/models/model", "prompt": ["def main():", "import os, sys", "class Engine:", "    return self"], "max_tokens": 24, "temperature": 0, "ignore_eos": true, "return_token_ids": true}'
@@ -612,4 +616,81 @@ set_rate() {
 	same_as_before vllm-reloaded
 	say "vllm-reloaded (the set loaded anew): $(set_rate vllm-reloaded)"
 	run_nerdctl rm -f vllm-reloaded
+}
+
+# big70_setup: for the 70B-class model, the tensor parallel size these GPUs
+# need (TP70, the GPUs in VLLM_GPUS), its model folder (made once) and its
+# weight set "big70". Skips, naming what is short, where the host cannot
+# hold it: the GPUs, the memory for the set, the disk for the model folder.
+big70_setup() {
+	local n mib gb tp=1 memgb free want
+	n=$(nvidia-smi -L | wc -l)
+	mib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i 0 | head -1)
+	gb=$((mib * 1048576 / 1000000000))
+	# Each GPU holds its share of the weights and 10 GB more (context,
+	# activations, CUDA graphs, a KV cache) in 90% of its memory.
+	while [ $((tp * gb * 9 / 10)) -lt $((BIG70_GB + tp * 10)) ] && [ "$tp" -le 8 ]; do
+		tp=$((tp * 2))
+	done
+	[ "$tp" -le "$n" ] || skip "the 70B-class model ($BIG70_GB GB of weights) wants tensor parallel $tp on GPUs of $gb GB, this host has $n"
+	memgb=$(awk '/^MemTotal:/ { printf "%d", $2 * 1024 / 1e9 }' /proc/meminfo)
+	# The set, and each process's host state and its image in the page cache.
+	want=$((BIG70_GB + 16 + tp * 8))
+	[ "$memgb" -ge "$want" ] || skip "the 70B-class model's weight set and processes want $want GB of memory, this host has $memgb GB"
+	if [ ! -f "$BIG70_MODEL/config.json" ]; then
+		free=$(df -B1 --output=avail "$(dirname "$BIG70_MODEL")" | tail -1 | awk '{ printf "%d", $1 / 1e9 }')
+		want=$((BIG70_GB + 4 + tp * 4))
+		[ "$free" -ge "$want" ] || skip "making the 70B-class model wants $want GB free in $(dirname "$BIG70_MODEL"), $free GB are (bench/vllm-random-weights serves its shape without the weights)"
+		run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" --shape llama-70b "$BIG70_MODEL"
+		say "${lines[-1]}"
+	fi
+	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
+	export REKINDLE_WEIGHTS_SOCKET=$WEIGHTS_DIR/weights.sock NERDCTL_TOML=$WEIGHTS_DIR/nerdctl.toml
+	[ -f "$WEIGHTS_DIR/weights.pid" ] || weights_up
+	if ! "$BIN/rekindle-weights" status --json big70 >/dev/null 2>&1; then
+		run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big70 "$BIG70_MODEL"
+		say "weight set big70: $("$BIN/rekindle-weights" status --json big70 | jq -c '{bytes, load_seconds: .manifest.load_seconds, gbps: .manifest.gbps}')"
+	fi
+	TP70=$tp VMODEL=$BIG70_MODEL
+	VLLM_GPUS=$(seq -s ' ' 0 $((tp - 1)))
+	SET70_FLAGS=(--device rekindle.dev/weights=big70 --env=ENGINE_WEIGHT_SET=/rekindle/weights/big70
+		--env="ENGINE_VLLM_ARGS=--max-model-len 2048 --gpu-memory-utilization 0.9 --tensor-parallel-size $tp")
+}
+
+# bats test_tags=gpu
+@test "vllm: a 70B-class model (Llama-3.1-70B's shape), weights from a weight set, tensor parallel over the GPUs it needs: cold start, checkpoint, first and cached restore, same tokens" {
+	skip_if_no_vllm
+	vllm_setup
+	big70_setup
+	local image=rekindle.local/ckpt:vllm-70b t cold_s
+	echo "$image" >>"$BATS_TEST_TMPDIR/images"
+	ONE_BY_ONE=1
+	t=$EPOCHREALTIME
+	run_vllm vllm-70b "$VLLM_IMAGE" "${SET70_FLAGS[@]}"
+	wait_for "vLLM (llama-70b, tensor parallel $TP70) to serve" 1500 call_in vllm-70b GET /health
+	cold_s=$(secs_since "$t")
+	tokens vllm-70b >"$BATS_FILE_TMPDIR/tokens" || die "no completions from the cold server"
+	inside vllm-70b >"$BATS_FILE_TMPDIR/inside"
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" logs vllm-70b >"$BATS_TEST_TMPDIR/70b-cold.log" 2>&1
+	[ -n "$(set_rate vllm-70b)" ] ||
+		die "the cold start did not load from the weight set: $(grep -m3 'rekindle' "$BATS_TEST_TMPDIR/70b-cold.log")"
+	say "llama-70b, tensor parallel $TP70, cold start: nerdctl run -> serving ${cold_s}s; $(set_rate vllm-70b); vLLM's phases $("$HOST_PY" "$REKINDLE_ROOT/integrations/vllm/serve.py" phases "$BATS_TEST_TMPDIR/70b-cold.log")"
+
+	t=$EPOCHREALTIME
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default create --engine vllm vllm-70b "$image"
+	say "llama-70b $(grep -m1 '^==> checkpoint:' <<<"$output") (wall $(secs_since "$t")s)"
+	ocicp --address "$RK_DIR/containerd.sock" --namespace default inspect --json "$image"
+	say "llama-70b checkpoint image: $(($(jq -r .layer_size <<<"$output") >> 20)) MiB, $(jq -r '.annotations."org.rekindle.gpu.count"' <<<"$output") GPUs (the set's $BIG70_GB GB stay out of it)"
+	run_nerdctl rm -f vllm-70b
+
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+	restore vllm-70b1 "$image" "${SET70_FLAGS[@]}"
+	same_as_before vllm-70b1
+	say "vllm-70b1 (first, page cache dropped): $(restored_line); $(set_rate vllm-70b1)"
+	run_nerdctl rm -f vllm-70b1
+	restore vllm-70b2 "$image" "${SET70_FLAGS[@]}"
+	same_as_before vllm-70b2
+	say "vllm-70b2 (cached): $(restored_line); $(set_rate vllm-70b2)"
+	run_nerdctl rm -f vllm-70b2
 }
