@@ -32,7 +32,7 @@
 #   GPU_BENCH_SGLANG_ARGS sglang: more launch_server flags (--context-length 2048 --mem-fraction-static 0.4
 #                        --cuda-graph-max-bs 8)
 #   GPU_BENCH_VLLM_SHAPE vllm, sglang: the model's shape, tests/gpu/make-model.py --shape (qwen2-1b; qwen3-8b
-#                        is 16.4 GB), made in REKINDLE_VLLM_MODEL (/var/tmp/rekindle-vllm-model, or
+#                        is 16.4 GB, llama-70b 141 GB: GPU_BENCH_TP=2 on H200s, 4 on H100s), made in REKINDLE_VLLM_MODEL (/var/tmp/rekindle-vllm-model, or
 #                        /var/tmp/rekindle-vllm-SHAPE for another shape) when absent; with
 #                        GPU_BENCH_WEIGHT_SET=1 the set is loaded from that folder and the engine reads
 #                        it through its plugin (integrations/vllm/rekindle_vllm.py, integrations/sglang/rekindle_sglang.py)

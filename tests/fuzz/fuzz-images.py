@@ -554,7 +554,8 @@ def m_fifo(c):
         c.save("files.img", files)
         return "fifo /tmp/fifo -> %s (%s)" % (name, how)
     d = c.load("fifo-data.img")
-    size = c.rng.choice([1 << 31, 1 << 40])
+    # pipe_data_entry's bytes is a uint32: the most it can claim.
+    size = c.rng.choice([1 << 31, (1 << 32) - 1])
     if d["entries"]:
         d["entries"][0]["bytes"] = size
     else:
