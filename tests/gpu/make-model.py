@@ -13,8 +13,9 @@ Shapes (--shape; each number can be changed with its flag):
   qwen3-32b  Qwen3-32B's: hidden 5120, 64 layers, 64/8 heads: 32.8 B, 65.5 GB
   llama-70b  Llama-3.1-70B's: hidden 8192, 80 layers, 64/8 heads, vocab 128256: 70.6 B, 141 GB
 
---no-weights writes the config and the tokenizer only, for a loader that
-makes the weights on the GPU: a shape too large for the host's disk or
+--no-weights writes the config, the tokenizer and the tensors' names and
+shapes (random-weights.json) only, for a loader that makes the weights on
+the GPU: a shape too large for the host's disk or
 memory still serves. vLLM's --load-format dummy cannot reload, so a server
 checkpointed asleep at level 2 cannot wake; bench/vllm-random-weights can.
 
@@ -190,7 +191,14 @@ def main():
     os.makedirs(tmp)
     cfg = config(shape)
     tokenizer(tmp, shape["vocab"])
-    params = sum(numel(shape) for _, shape in tensors(cfg)) if a.no_weights else weights(cfg, tmp)
+    if a.no_weights:
+        # What a loader that makes the weights reads (bench/vllm-random-weights).
+        names = [[name, list(shape)] for name, shape in tensors(cfg)]
+        with open(os.path.join(tmp, "random-weights.json"), "w") as f:
+            json.dump({"tensors": names}, f)
+        params = sum(numel(shape) for _, shape in names)
+    else:
+        params = weights(cfg, tmp)
     with open(os.path.join(tmp, "config.json"), "w") as f:
         json.dump(cfg, f, indent=1)
     with open(os.path.join(tmp, "generation_config.json"), "w") as f:
