@@ -5,8 +5,9 @@ Each tensor that tests/gpu/make-model.py --no-weights lists in the model
 folder (random-weights.json: Hugging Face names and shapes) is made in bf16
 on the GPU from a seed of its own and handed to the model's load_weights, at
 the cold start and at every reload_weights (a wake from sleep level 2): the
-same weights each time, so greedy tokens compare across restores. vLLM's own "dummy" format cannot be
-reloaded, so a server started with it cannot wake from level 2.
+same weights each time, so greedy tokens compare across restores. vLLM's own
+"dummy" format cannot be reloaded, so a server started with it cannot wake
+from level 2.
 
 It measures everything but moving the weights from host memory: compare
 with a weight set's rate (rekindle-weights, docs/weights.md) for that.

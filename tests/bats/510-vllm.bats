@@ -382,8 +382,7 @@ big_setup() {
 		run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" --shape "$BIG_SHAPE" "$BIG_MODEL"
 		say "${lines[-1]}"
 	fi
-	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
-	export REKINDLE_WEIGHTS_SOCKET=$WEIGHTS_DIR/weights.sock NERDCTL_TOML=$WEIGHTS_DIR/nerdctl.toml
+	weights_env
 	if [ ! -f "$WEIGHTS_DIR/weights.pid" ]; then
 		weights_up
 		run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big "$BIG_MODEL"
@@ -644,8 +643,7 @@ big70_setup() {
 		run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" --shape llama-70b "$BIG70_MODEL"
 		say "${lines[-1]}"
 	fi
-	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
-	export REKINDLE_WEIGHTS_SOCKET=$WEIGHTS_DIR/weights.sock NERDCTL_TOML=$WEIGHTS_DIR/nerdctl.toml
+	weights_env
 	[ -f "$WEIGHTS_DIR/weights.pid" ] || weights_up
 	if ! "$BIN/rekindle-weights" status --json big70 >/dev/null 2>&1; then
 		run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big70 "$BIG70_MODEL"

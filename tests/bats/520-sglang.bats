@@ -381,8 +381,6 @@ set_rate() {
 		run_cmd "$HOST_PY" "$REKINDLE_ROOT/tests/gpu/make-model.py" "$BIG_MODEL" --shape "$BIG_SHAPE"
 	fi
 	prebuild "$BIG_MODEL"
-	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
-	export REKINDLE_WEIGHTS_SOCKET=$WEIGHTS_DIR/weights.sock NERDCTL_TOML=$WEIGHTS_DIR/nerdctl.toml
 	weights_up
 	run_cmd "$BIN/rekindle-weights" load --quiet --allow containerd:default big "$BIG_MODEL"
 	say "weight set big: $("$BIN/rekindle-weights" status --json big | jq -c '{bytes, load_seconds: .manifest.load_seconds, gbps: .manifest.gbps}')"

@@ -322,17 +322,23 @@ answered() {
 
 # ---- the weight-set service (docs/weights.md) ------------------------------
 
+# weights_env: where this file's weights service lives, started or not: its
+# folder, its socket, and the nerdctl config that names its CDI specs (a
+# test that finds the service an earlier test started needs them too).
+weights_env() {
+	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
+	export REKINDLE_WEIGHTS_SOCKET=$WEIGHTS_DIR/weights.sock NERDCTL_TOML=$WEIGHTS_DIR/nerdctl.toml
+}
+
 # weights_up [serve flags...]: start rekindle-weights for this file with its
 # root, socket, state and CDI spec under $BATS_FILE_TMPDIR/weights, and
 # point nerdctl at that CDI dir (NERDCTL_TOML) instead of /etc/cdi. Its pid
 # goes to a file: a test may restart it, teardown_file stops the last one.
 weights_up() {
-	export WEIGHTS_DIR=$BATS_FILE_TMPDIR/weights
-	export REKINDLE_WEIGHTS_SOCKET=$WEIGHTS_DIR/weights.sock
+	weights_env
 	mkdir -p "$WEIGHTS_DIR/cdi"
 	# The host's own specs too: a GPU (nvidia.com/gpu) beside a set.
-	printf 'cdi_spec_dirs = ["%s", "/etc/cdi", "/var/run/cdi"]\n' "$WEIGHTS_DIR/cdi" >"$WEIGHTS_DIR/nerdctl.toml"
-	export NERDCTL_TOML=$WEIGHTS_DIR/nerdctl.toml
+	printf 'cdi_spec_dirs = ["%s", "/etc/cdi", "/var/run/cdi"]\n' "$WEIGHTS_DIR/cdi" >"$NERDCTL_TOML"
 	setsid "$BIN/rekindle-weights" serve --root "$WEIGHTS_DIR/root" --state "$WEIGHTS_DIR/state/sets.json" \
 		--cdi-dir "$WEIGHTS_DIR/cdi" "$@" >>"$WEIGHTS_DIR/weights.log" 2>&1 </dev/null 3>&- &
 	echo $! >"$WEIGHTS_DIR/weights.pid"

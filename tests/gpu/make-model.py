@@ -15,9 +15,9 @@ Shapes (--shape; each number can be changed with its flag):
 
 --no-weights writes the config, the tokenizer and the tensors' names and
 shapes (random-weights.json) only, for a loader that makes the weights on
-the GPU: a shape too large for the host's disk or
-memory still serves. vLLM's --load-format dummy cannot reload, so a server
-checkpointed asleep at level 2 cannot wake; bench/vllm-random-weights can.
+the GPU: a shape too large for the host's disk or memory still serves.
+vLLM's --load-format dummy cannot reload, so a server checkpointed asleep
+at level 2 cannot wake; bench/vllm-random-weights can.
 
 Needs torch, safetensors and tokenizers (transformers brings them); a GPU
 makes the weights faster. Files of more than SHARD bytes are split as
@@ -27,6 +27,7 @@ folder is written under DIR.tmp and renamed, so a DIR that exists is whole.
 import argparse
 import glob
 import json
+import math
 import os
 import shutil
 import sys
@@ -115,13 +116,6 @@ def tensors(cfg):
     yield "lm_head.weight", (V, h)
 
 
-def numel(shape):
-    n = 1
-    for d in shape:
-        n *= d
-    return n
-
-
 def weights(cfg, out):
     """Write the tensors in shards of at most SHARD bytes; returns the
     parameter count."""
@@ -173,7 +167,7 @@ def main():
     ap.add_argument("--shape", choices=sorted(SHAPES), default="qwen2-1b")
     for k in ("hidden", "intermediate", "layers", "heads", "kv_heads", "vocab"):
         ap.add_argument("--" + k.replace("_", "-"), type=int, help=f"change the shape's {k.replace('_', ' ')}")
-    ap.add_argument("--no-weights", action="store_true", help="the config and tokenizer only (bench/vllm-random-weights)")
+    ap.add_argument("--no-weights", action="store_true", help="the config, the tokenizer and random-weights.json only (bench/vllm-random-weights)")
     a = ap.parse_args()
     shape = dict(SHAPES[a.shape])
     shape.update({k: v for k, v in vars(a).items() if k in shape and v is not None})
@@ -193,10 +187,10 @@ def main():
     tokenizer(tmp, shape["vocab"])
     if a.no_weights:
         # What a loader that makes the weights reads (bench/vllm-random-weights).
-        names = [[name, list(shape)] for name, shape in tensors(cfg)]
+        names = [[name, list(dims)] for name, dims in tensors(cfg)]
         with open(os.path.join(tmp, "random-weights.json"), "w") as f:
             json.dump({"tensors": names}, f)
-        params = sum(numel(shape) for _, shape in names)
+        params = sum(math.prod(dims) for _, dims in names)
     else:
         params = weights(cfg, tmp)
     with open(os.path.join(tmp, "config.json"), "w") as f:
