@@ -1,5 +1,11 @@
 /*
    Copyright The containerd Authors.
+   Copyright The Rekindle Authors.
+
+   entryAllowed and ExtractLayer's archive filter derive from containerd's
+   internal/cri/server/container_checkpoint_linux.go (v2.3.7:
+   checkpointArchiveEntryAllowed and CRImportCheckpoint's filter); the rest
+   of this file is Rekindle's.
 
    Licensed under the Apache License, Version 2.0 (the "License");
    you may not use this file except in compliance with the License.

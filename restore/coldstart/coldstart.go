@@ -1,5 +1,10 @@
 /*
    Copyright The containerd Authors.
+   Copyright The Rekindle Authors.
+
+   Start's creation and monitoring of the cold task follow containerd's
+   plugins/services/tasks/local.go (v2.3.7: Create and Delete); the rest of
+   this file is Rekindle's.
 
    Licensed under the Apache License, Version 2.0 (the "License");
    you may not use this file except in compliance with the License.

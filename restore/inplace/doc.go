@@ -1,3 +1,7 @@
+// Copyright The Rekindle Authors.
+// Licensed under the Apache License, Version 2.0
+// (http://www.apache.org/licenses/LICENSE-2.0).
+
 // Package inplace keeps a checkpoint image's layer in place when containerd
 // unpacks it: an EROFS tar index beside a hard link of the layer's blob, in
 // the snapshot, instead of the layer's files (Apply). containerd's layer

@@ -1,3 +1,7 @@
+// Copyright The Rekindle Authors.
+// Licensed under the Apache License, Version 2.0
+// (http://www.apache.org/licenses/LICENSE-2.0).
+
 // Package zstdframes decodes a zstd stream of many independent frames, as
 // parallel encoders write it (zstd -T, pzstd, oci-checkpoint's
 // --compression zstd), several frames at once: a stream decoder works
