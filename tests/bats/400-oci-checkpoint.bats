@@ -444,6 +444,13 @@ no_erofs_mounts() {
 	[[ $output == *'no container "nosuch"'* ]] || die "unknown container not named"
 	ocicp 2 create --engine generic --port 1 nosuch rekindle.local/x:1
 	[[ $output == *"needs --quiesce and --resume"* ]] || die "generic without calls not explained"
+	# Each --quiesce or --resume is one call, whole, checked before anything
+	# is done: a JSON body's commas stay in it; a GET with a body is refused.
+	ocicp 1 create --engine generic --port 1 --quiesce 'POST /x {"a": 1, "b": 2}' --resume 'POST /y' nosuch rekindle.local/x:1
+	[[ $output == *'no container "nosuch"'* ]] || die "a body with a comma was not taken whole"
+	ocicp 2 create --engine generic --port 1 --quiesce 'GET /health extra' --resume 'POST /y' nosuch rekindle.local/x:1
+	[[ $output == *'"GET /health extra": GET takes no body'*"want 'GET /path', 'POST /path [JSON]' or 'exec COMMAND'"* ]] ||
+		die "a GET with something after its path is not refused with the value and the forms"
 	ocicp 1 create nosuch 'Bad Name'
 	[[ $output == *'image name "Bad Name"'* ]] || die "bad image name not named"
 	ocicp 1 --address /nonexistent.sock inspect x

@@ -26,8 +26,8 @@ var createCmd = &cli.Command{
 		&cli.IntFlag{Name: "port", Usage: "engine HTTP port inside the container (default: sglang 30000, vllm 8000)"},
 		&cli.IntFlag{Name: "sleep-level", Usage: fmt.Sprintf("vllm: sleep level before the dump, 1 (weights offloaded to host memory, in the checkpoint) or 2 (weights dropped, reloaded from the model's files on wake) (default %d)", engine.DefaultVLLMSleepLevel)},
 		&cli.StringFlag{Name: "url", Usage: "reach the engine at this URL from the host instead of inside the container's network namespace"},
-		&cli.StringSliceFlag{Name: "quiesce", Usage: "quiesce call, 'POST /path [JSON]' or 'exec COMMAND'; replaces the profile's (repeatable)"},
-		&cli.StringSliceFlag{Name: "resume", Usage: "resume call, same forms; replaces the profile's (repeatable)"},
+		newCallsFlag("quiesce", "a quiesce call, 'POST /path [JSON]' (PUT, DELETE alike), 'GET /path' or 'exec COMMAND'; repeat the flag for each call, in order; the calls replace the profile's"),
+		newCallsFlag("resume", "a resume call, in the same forms; repeat the flag for each call, in order; the calls replace the profile's"),
 		&cli.StringFlag{Name: "health", Usage: "health call, e.g. 'GET /health'"},
 		&cli.DurationFlag{Name: "health-timeout", Value: 10 * time.Minute, Usage: "how long to wait for the engine to be healthy"},
 		&cli.DurationFlag{Name: "quiesce-timeout", Value: 5 * time.Minute, Usage: "how long the quiesce calls may take"},
@@ -132,13 +132,12 @@ func profile(cc *cli.Context) (engine.Profile, error) {
 			return p, err
 		}
 	}
-	if p.Quiesce, err = engine.Override(p.Quiesce, cc.StringSlice("quiesce")); err != nil {
-		return p, err
+	if q := calls(cc, "quiesce"); len(q) > 0 {
+		p.Quiesce = q
 	}
-	if p.Resume, err = engine.Override(p.Resume, cc.StringSlice("resume")); err != nil {
-		return p, err
+	if r := calls(cc, "resume"); len(r) > 0 {
+		p.Resume, p.ResumeGiven = r, true
 	}
-	p.ResumeGiven = len(cc.StringSlice("resume")) > 0
 	if h := cc.String("health"); h != "" {
 		if p.Health, err = engine.ParseCall(h); err != nil {
 			return p, err

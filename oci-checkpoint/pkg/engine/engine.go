@@ -7,10 +7,12 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os/exec"
 	"strings"
 	"time"
@@ -132,25 +134,51 @@ func WithSleepLevel(p Profile, level int) (Profile, error) {
 	return q, nil
 }
 
-// ParseCall reads "GET /path", "POST /path [BODY]" or "exec COMMAND".
+// callForms is what ParseCall reads, for its errors.
+const callForms = "want 'GET /path', 'POST /path [JSON]' or 'exec COMMAND'"
+
+// ParseCall reads one call, strictly: "GET /path", "POST /path [JSON]"
+// (PUT and DELETE as POST) or "exec COMMAND". A path is one word; what
+// follows it is the body, which must be JSON; a GET has none.
 func ParseCall(s string) (Call, error) {
-	s = strings.TrimSpace(s)
+	c, err := parseCall(strings.TrimSpace(s))
+	if err != nil {
+		return Call{}, fmt.Errorf("call %q: %w: %s", s, err, callForms)
+	}
+	return c, nil
+}
+
+func parseCall(s string) (Call, error) {
 	method, rest, _ := strings.Cut(s, " ")
 	rest = strings.TrimSpace(rest)
-	switch strings.ToUpper(method) {
+	switch method = strings.ToUpper(method); method {
 	case "EXEC":
 		if rest == "" {
-			return Call{}, fmt.Errorf("call %q: exec needs a command", s)
+			return Call{}, errors.New("exec needs a command")
 		}
 		return Call{Method: "exec", Body: rest}, nil
 	case "GET", "POST", "PUT", "DELETE":
-		path, body, _ := strings.Cut(rest, " ")
-		if !strings.HasPrefix(path, "/") {
-			return Call{}, fmt.Errorf("call %q: the path must start with /", s)
-		}
-		return Call{Method: strings.ToUpper(method), Path: path, Body: strings.TrimSpace(body)}, nil
+	case "":
+		return Call{}, errors.New("no call")
+	default:
+		return Call{}, fmt.Errorf("unknown method %s", method)
 	}
-	return Call{}, fmt.Errorf("call %q: want 'GET /path', 'POST /path [JSON]' or 'exec COMMAND'", s)
+	path, body, _ := strings.Cut(rest, " ")
+	body = strings.TrimSpace(body)
+	if !strings.HasPrefix(path, "/") {
+		return Call{}, errors.New("the path must start with /")
+	}
+	if _, err := url.ParseRequestURI(path); err != nil {
+		return Call{}, fmt.Errorf("bad path %q", path)
+	}
+	switch {
+	case body == "":
+	case method == "GET":
+		return Call{}, fmt.Errorf("GET takes no body (%q follows the path)", body)
+	case !json.Valid([]byte(body)):
+		return Call{}, fmt.Errorf("the body is not JSON (%s)", body)
+	}
+	return Call{Method: method, Path: path, Body: body}, nil
 }
 
 // Override returns the calls ss names (ParseCall's forms), or def where ss

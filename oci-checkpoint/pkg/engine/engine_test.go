@@ -22,12 +22,23 @@ func TestParseCall(t *testing.T) {
 		{in: "exec kill -USR1 1", want: Call{Method: "exec", Body: "kill -USR1 1"}},
 		{in: "exec", err: "needs a command"},
 		{in: "POST sleep", err: "must start with /"},
-		{in: "FETCH /x", err: "want 'GET /path'"},
+		{in: "FETCH /x", err: `call "FETCH /x": unknown method FETCH`},
+		{in: `POST /x {"a": 1, "b": 2}`, want: Call{Method: "POST", Path: "/x", Body: `{"a": 1, "b": 2}`}},
+		{in: "PUT /x  [1, 2]", want: Call{Method: "PUT", Path: "/x", Body: "[1, 2]"}},
+		{in: "DELETE /cache", want: Call{Method: "DELETE", Path: "/cache"}},
+		{in: "GET /health extra", err: `call "GET /health extra": GET takes no body ("extra" follows the path)`},
+		{in: "POST /x {a: 1}", err: `call "POST /x {a: 1}": the body is not JSON`},
+		{in: `POST /x {"a": 1}, {"b": 2}`, err: "the body is not JSON"},
+		{in: "POST /x%zz", err: "bad path"},
+		{in: "", err: `call "": no call`},
+		{in: "GET", err: `call "GET": the path must start with /`},
 	} {
 		got, err := ParseCall(tc.in)
 		if tc.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tc.err) {
 				t.Errorf("ParseCall(%q) error %v, want %q", tc.in, err, tc.err)
+			} else if !strings.HasSuffix(err.Error(), ": want 'GET /path', 'POST /path [JSON]' or 'exec COMMAND'") {
+				t.Errorf("ParseCall(%q) error %q does not end with the forms it reads", tc.in, err)
 			}
 			continue
 		}
