@@ -27,7 +27,7 @@ CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
 STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk $(BIN)/nvidia-cdi-hook \
 	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge $(BIN)/mkfs.erofs
 
-.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches test-restore test-criu fuzz demo bench bench-criu clean distclean FORCE
+.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches test-restore test-guard test-criu fuzz demo bench bench-criu clean distclean FORCE
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -92,9 +92,12 @@ $(BIN)/containerd: $(PINS)/containerd scripts/apply-patches.sh $(call series,con
 		-o $(ABSBIN)/ ./cmd/containerd ./cmd/ctr ./cmd/containerd-shim-runc-v2
 	@touch $@
 
-$(BIN)/runc: $(PINS)/runc scripts/apply-patches.sh $(call series,runc-patches) | $(BUILDDIR)/.deps
+# The series hooks Rekindle's image guard (guard/, its own module) into runc.
+GUARD_SRC := $(shell find guard -type f)
+$(BIN)/runc: $(PINS)/runc scripts/apply-patches.sh $(call series,runc-patches) $(GUARD_SRC) | $(BUILDDIR)/.deps
 	scripts/fetch-module.sh $(RUNC_MODULE) $(RUNC_VERSION) $(RUNC_SUM) $(SRC)/runc
 	scripts/apply-patches.sh runc-patches $(SRC)/runc $(RUNC_MODULE)
+	cd $(SRC)/runc && $(GO) mod edit -replace=rekindle.local/guard=$(abspath guard)
 	cd $(SRC)/runc && CGO_ENABLED=1 $(GOBUILD) -tags "$(RUNC_BUILDTAGS)" \
 		-ldflags "-X main.version=$(RUNC_VERSION:v%=%)+rekindle" -o $(ABSBIN)/runc .
 
@@ -116,6 +119,14 @@ test-restore: $(BIN)/mkfs.erofs ## vet and unit-test the restore engine (restore
 		PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test ./inplace/ && \
 		PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test ./checkpointimage/ -test.root
 UNIT_TESTS += test-restore
+
+# The image guard's own tests in a plain checkout, against the pinned runc
+# release: the checks of CRIU's images, the restore jail, the RPC peer.
+test-guard: ## vet and unit-test the image guard (guard/) that the runc series calls
+	@grep -q '^	github.com/opencontainers/runc $(RUNC_VERSION)$$' guard/go.mod || \
+		{ echo "guard/go.mod requires another runc than versions.mk's $(RUNC_VERSION): change it there too" >&2; exit 1; }
+	cd guard && GOFLAGS=-mod=mod $(GO) vet ./... && GOFLAGS=-mod=mod $(GO) test -count=1 ./...
+UNIT_TESTS += test-guard
 
 # CRIU's own zdtm memory tests, run against the patched tree.
 test-criu: $(BIN)/criu

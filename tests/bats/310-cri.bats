@@ -228,7 +228,7 @@ no_holds() {
 		"2" "extracted anew"
 }
 
-@test "crictl: a restore into a container that drops the checkpoint's capabilities is refused (runc-patches/libct-criu-refuse-a-restore-whose-images-grant-more)" {
+@test "crictl: a restore into a container that drops the checkpoint's capabilities is refused (guard/check/privileges.go)" {
 	local port image=rekindle.local/ckpt:cri-caps ctr err=$BATS_TEST_TMPDIR/start.err
 	port=$(free_port)
 	checkpoint_engine_pod csrc "$image" "$port"
@@ -244,7 +244,7 @@ no_holds() {
 	! curl -sf "http://127.0.0.1:$port/health" >/dev/null || die "an engine answers on port $port"
 }
 
-@test "crictl: a checkpoint image holding an image file runc does not check is refused at start, as through nerdctl run, and nothing is left (runc-patches/libct-criu-refuse-image-files-and-file-kinds-that-ru)" {
+@test "crictl: a checkpoint image holding an image file runc does not check is refused at start, as through nerdctl run, and nothing is left (guard/check/images.go)" {
 	local port image=rekindle.local/ckpt:cri-unknown err=$BATS_TEST_TMPDIR/start.err
 	port=$(free_port)
 	run_engine_pod usrc "$ENGINE_IMAGE" "$port"

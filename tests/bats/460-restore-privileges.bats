@@ -1,6 +1,6 @@
 #!/usr/bin/env bats
 # A restore gives the restored process no more than the new container's spec
-# grants (runc-patches/libct-criu-refuse-a-restore-whose-images-grant-more, runc-patches/libct-criu-restore-under-the-config-s-LSM-label-not, runc-patches/libct-criu-refuse-images-that-carry-AppArmor-namespa, runc-patches/libct-criu-refuse-images-that-raise-a-task-s-priorit and runc-patches/libct-criu-hold-restored-tasks-rlimits-and-oom_score): CRIU takes ids, capabilities,
+# grants (guard/check/privileges.go, guard/check/lsm.go, guard/check/apparmor.go, guard/check/limits.go and guard/check/oom.go): CRIU takes ids, capabilities,
 # no_new_privs, seccomp filters, the LSM label, resource limits, scheduling
 # and oom_score_adj from the checkpoint, so runc compares them with the spec
 # first. An image that asks for more is refused with the task and the field

@@ -78,7 +78,7 @@ func NetnsHTTP(pid uint32) *http.Client {
 // spec's user, capabilities and seccomp profile), waits for it and returns
 // its combined output. Nothing run this way gets more than the container
 // has: it may be in the dump, and the restore refuses a process with more
-// than the new container's spec grants (runc-patches/libct-criu-refuse-a-restore-whose-images-grant-more).
+// than the new container's spec grants (guard/check/privileges.go).
 func execIn(ctx context.Context, task client.Task, spec *specs.Spec, id string, args []string, timeout time.Duration) (string, error) {
 	p := *spec.Process
 	p.Args = args

@@ -1,0 +1,346 @@
+package check
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/mnt"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/tty"
+	"github.com/checkpoint-restore/go-criu/v8/magic"
+	"golang.org/x/sys/unix"
+)
+
+// imageFiles are the files a checkpoint may hold, as regular files: each
+// is either checked before CRIU runs or restored only into the restored
+// tasks and the namespaces runc has checked to be the container's own.
+// Anything else is refused, so that an image type a newer CRIU reads
+// fails closed until runc checks it. "N" stands for a number.
+var imageFiles = []struct{ name, why string }{
+	{"inventory.img", "namespaces"},
+	{"pstree.img", "every task's credentials, limits and namespaces"},
+	{"core-N.img", "credentials, capabilities, seccomp, scheduling, limits"},
+	{"ids-N.img", "namespaces"},
+	{"files.img", "file kinds, names, privileges"},
+	{"fdinfo-N.img", "descriptors of files.img's files"},
+	{"fs-N.img", "cwd and root, files of files.img"},
+	{"mm-N.img", "the task's memory map, its files those of files.img"},
+	{"pagemap-N.img", "the task's memory"},
+	{"pagemap-shmem-N.img", "shared memory contents"},
+	{"pages-N.img", "memory contents"},
+	{"memfd.img", "memfd contents"},
+	{"signal-p-N.img", "the task's pending signals"},
+	{"signal-s-N.img", "the task's pending signals"},
+	{"mountpoints-N.img", "mounts"},
+	{"cgroup.img", "cgroups"},
+	{"seccomp.img", "seccomp"},
+	{"apparmor.img", "AppArmor namespaces"},
+	{"remap-fpath.img", "ghost and link-remap files"},
+	{"ghost-file-N.img", "ghost files"},
+	{"tmpfs-dev-N.tar.gz.img", "tmpfs archives"},
+	{"tmpfs-N.tar.gz.img", "tmpfs archives"},
+	{"pipes-data.img", "pipe contents"},
+	{"fifo-data.img", "FIFO contents"},
+	{"sk-queues.img", "socket queues, their descriptors in flight"},
+	{"tcp-stream-N.img", "TCP connection state"},
+	{"tty-info.img", "tty kinds"},
+	{"tty-data.img", "pty contents"},
+	{"filelocks.img", "locks on the tasks' files"},
+	{"bpfmap-data.img", "contents of BPF maps, themselves checked"},
+	{"utsns-N.img", "a UTS namespace of the container's own"},
+	{"ipcns-var-N.img", "an IPC namespace of the container's own"},
+	{"ipcns-shm-N.img", "an IPC namespace of the container's own"},
+	{"ipcns-msg-N.img", "an IPC namespace of the container's own"},
+	{"ipcns-sem-N.img", "an IPC namespace of the container's own"},
+	{"timens-N.img", "a time namespace of the container's own"},
+	{"pidns-N.img", "the PID namespace runc gives"},
+	{"netns-N.img", "a network namespace of the container's own"},
+	{"ifaddr-N.img", "a network namespace of the container's own"},
+	{"route-N.img", "a network namespace of the container's own"},
+	{"route6-N.img", "a network namespace of the container's own"},
+	{"rule-N.img", "a network namespace of the container's own"},
+	{"iptables-N.img", "netfilter rules"},
+	{"ip6tables-N.img", "netfilter rules"},
+	{"nftables-N.img", "netfilter rules"},
+	{"stats-dump", "CRIU's statistics, not restored"},
+	{"stats-restore", "CRIU's statistics, written by the restore"},
+	{"descriptors.json", "runc's own list of the task's stdio"},
+	{"dump.log", "a log, not restored"},
+	{"restore.log", "a log, written by the restore"},
+}
+
+var imageFileRe = func() *regexp.Regexp {
+	var alt []string
+	for _, f := range imageFiles {
+		alt = append(alt, strings.ReplaceAll(regexp.QuoteMeta(f.name), "N", "[0-9a-f]+"))
+	}
+	return regexp.MustCompile("^(" + strings.Join(alt, "|") + ")$")
+}()
+
+// checkImageFiles refuses a checkpoint that holds a file runc does not
+// check, or anything but regular files: CRIU follows a symlink where it
+// opens an image or writes its log and statistics.
+func checkImageFiles(dir *os.File) error {
+	d, err := openDirAgain(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("listing the checkpoint images: %w", err)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		var st unix.Stat_t
+		if err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("checkpoint image %s: %w", name, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFREG {
+			return fmt.Errorf("checkpoint image %s is not a regular file (mode %#o)", name, st.Mode)
+		}
+		if !imageFileRe.MatchString(name) {
+			return fmt.Errorf("checkpoint image %s is no image that runc checks or lets CRIU restore; "+
+				"restore it with a runc that knows it, or checkpoint it again", name)
+		}
+	}
+	return nil
+}
+
+// openDirAgain opens dir anew, so that listing it moves no offset CRIU
+// might share.
+func openDirAgain(dir *os.File) (*os.File, error) {
+	fd, err := unix.Openat(int(dir.Fd()), ".", unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("opening the checkpoint images: %w", err)
+	}
+	return os.NewFile(uintptr(fd), dir.Name()), nil
+}
+
+// fileKindChecked refuses a files.img entry of a kind runc does not
+// check; kinds with privileges are checked by checkFile.
+func fileKindChecked(f *fdinfo.FileEntry, ttys map[uint32]tty.TtyType) error {
+	switch f.GetType() {
+	case fdinfo.FdTypes_REG:
+		reg := f.GetReg()
+		if reg == nil {
+			return errors.New("of type REG has no reg")
+		}
+		if !cleanAbs(reg.GetName()) {
+			return fmt.Errorf("has name %q, not a clean absolute path", reg.GetName())
+		}
+		if reg.GetExt() {
+			return errors.New("is an external file (reg.ext), which a plugin opens")
+		}
+	case fdinfo.FdTypes_PIPE, fdinfo.FdTypes_FIFO, fdinfo.FdTypes_EVENTFD, fdinfo.FdTypes_EVENTPOLL,
+		fdinfo.FdTypes_SIGNALFD, fdinfo.FdTypes_TIMERFD, fdinfo.FdTypes_MEMFD, fdinfo.FdTypes_PIDFD,
+		fdinfo.FdTypes_INETSK, fdinfo.FdTypes_UNIXSK, fdinfo.FdTypes_PACKETSK, fdinfo.FdTypes_FANOTIFY,
+		fdinfo.FdTypes_BPFMAP, fdinfo.FdTypes_TUNF:
+		// Objects of the task's own, or checked elsewhere.
+	case fdinfo.FdTypes_INOTIFY:
+		// CRIU opens a watched file by its handle on the host's
+		// mount of that device, wherever it is.
+		if n := len(f.GetIfy().GetWd()); n > 0 {
+			return fmt.Errorf("is an inotify group with %d watches, which CRIU opens by file handle on the host", n)
+		}
+	case fdinfo.FdTypes_NETLINKSK:
+		if p := f.GetNlsk().GetProtocol(); p != unix.NETLINK_ROUTE {
+			return fmt.Errorf("is a netlink socket of protocol %d, not NETLINK_ROUTE", p)
+		}
+	case fdinfo.FdTypes_TTY:
+		t, ok := ttys[f.GetTty().GetTtyInfoId()]
+		if !ok {
+			return fmt.Errorf("is a tty whose tty_info_id %d is not in tty-info.img", f.GetTty().GetTtyInfoId())
+		}
+		if t != tty.TtyType_PTY && t != tty.TtyType_EXT_TTY {
+			return fmt.Errorf("is a tty of type %s, not a pseudo-terminal", t)
+		}
+	default:
+		return fmt.Errorf("is of type %s, which runc does not check", f.GetType())
+	}
+	return nil
+}
+
+// ttyKinds reads tty-info.img.
+func ttyKinds(dir *os.File) (map[uint32]tty.TtyType, error) {
+	entries, err := readImage(dir, "tty-info.img", "TTY_INFO", &tty.TtyInfoEntry{})
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, err
+	}
+	kinds := make(map[uint32]tty.TtyType, len(entries))
+	for _, e := range entries {
+		t := e.(*tty.TtyInfoEntry)
+		kinds[t.GetId()] = t.GetType()
+	}
+	return kinds, nil
+}
+
+// iptablesTables are the tables an iptables-save of a network namespace
+// names without rules; iptables-restore, run by CRIU as root, loads each
+// one's module.
+var iptablesTables = []string{"filter", "nat", "mangle", "raw", "security"}
+
+// checkNetfilter refuses netfilter images with rules: CRIU hands them to
+// the host's iptables-restore or nft as root, and their matches and
+// targets choose which kernel modules load. Tables of built-in chains
+// with their policies pass.
+func checkNetfilter(dir *os.File) error {
+	d, err := openDirAgain(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return err
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		var err error
+		switch {
+		case strings.HasPrefix(name, "iptables-"), strings.HasPrefix(name, "ip6tables-"):
+			err = checkIptables(dir, name)
+		case strings.HasPrefix(name, "nftables-"):
+			var b []byte
+			if b, err = readRaw(dir, name); err == nil && len(bytes.TrimSpace(b)) > 0 {
+				err = errors.New("holds nftables rules")
+			}
+		default:
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint image %s %w; checkpoint the container without netfilter rules of its own", name, err)
+		}
+	}
+	return nil
+}
+
+func checkIptables(dir *os.File, name string) error {
+	b, err := readRaw(dir, name)
+	if err != nil {
+		return err
+	}
+	s := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; s.Scan(); n++ {
+		line := strings.TrimSpace(s.Text())
+		f := strings.Fields(line)
+		switch {
+		case line == "" || strings.HasPrefix(line, "#") || line == "COMMIT":
+		case strings.HasPrefix(line, "*") && slices.Contains(iptablesTables, line[1:]):
+		case strings.HasPrefix(line, ":") && len(f) >= 2 && builtinChain(f[0][1:]) && (f[1] == "ACCEPT" || f[1] == "DROP"):
+		default:
+			return fmt.Errorf("line %d %q is a rule, a chain or a table that runc does not let iptables-restore load", n, line)
+		}
+	}
+	return s.Err()
+}
+
+func builtinChain(c string) bool {
+	return slices.Contains([]string{"INPUT", "OUTPUT", "FORWARD", "PREROUTING", "POSTROUTING"}, c)
+}
+
+// readRaw reads a raw image, past the magic where it has one.
+func readRaw(dir *os.File, name string) ([]byte, error) {
+	b, err := readImageBytes(dir, name)
+	if err != nil {
+		return nil, err
+	}
+	m := magic.LoadMagic().ByName
+	if len(b) >= 8 {
+		if v := uint64(binary.LittleEndian.Uint32(b)); v == m["IMG_COMMON"] || v == m["IMG_SERVICE"] {
+			b = b[8:]
+		}
+	}
+	return b, nil
+}
+
+// checkRootfsKinds refuses a regular file of files.img whose name, in the
+// rootfs or in its tmpfs mount's archive, is a FIFO or device that the
+// image does not say it is, or a FIFO that no FIFO entry opens: CRIU opens
+// it by that name with the image's flags, and the open of a FIFO blocks
+// the restore (a rootfs diff or an archive can put one there).
+func (g *grant) checkRootfsKinds(files map[uint32]*fdinfo.FileEntry, mounts []*mnt.MntEntry, rootfs string) error {
+	fifos := make(map[uint32]bool) // regular files FIFO entries open
+	for _, f := range files {
+		if f.GetType() == fdinfo.FdTypes_FIFO {
+			fifos[f.GetFifo().GetRegfId()] = true
+		}
+	}
+	root, err := os.Open(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	for _, id := range slices.Sorted(maps.Keys(files)) {
+		reg := files[id].GetReg()
+		if files[id].GetType() != fdinfo.FdTypes_REG || reg == nil {
+			continue
+		}
+		m := mountOf(mounts, reg.GetName())
+		if m == nil || m.ExtKey != nil {
+			continue
+		}
+		var have uint32
+		if m.GetMountpoint() == "/" {
+			fd, err := unix.Openat2(int(root.Fd()), reg.GetName(), &unix.OpenHow{
+				Flags:   unix.O_PATH | unix.O_NOFOLLOW | unix.O_CLOEXEC,
+				Resolve: unix.RESOLVE_IN_ROOT | unix.RESOLVE_NO_MAGICLINKS,
+			})
+			if err != nil {
+				continue // CRIU names what it cannot open
+			}
+			var st unix.Stat_t
+			err = unix.Fstat(fd, &st)
+			unix.Close(fd)
+			if err != nil {
+				return fmt.Errorf("checkpoint image files.img: file %d (%s): %w", id, reg.GetName(), err)
+			}
+			have = st.Mode & unix.S_IFMT
+		} else if idx := g.tmpfs[m.GetMntId()]; idx != nil {
+			have = archiveKind(idx[inMount(m, reg.GetName())])
+		}
+		want := reg.GetMode() & unix.S_IFMT
+		switch have {
+		case unix.S_IFIFO, unix.S_IFSOCK, unix.S_IFCHR, unix.S_IFBLK:
+			if have != want {
+				return fmt.Errorf("checkpoint image files.img: file %d (%s) is a %s on %s, a %s in the image: "+
+					"CRIU would open it as it is", id, reg.GetName(), fileKind(have), m.GetMountpoint(), fileKind(want))
+			}
+			if have == unix.S_IFIFO && !fifos[id] {
+				return fmt.Errorf("checkpoint image files.img: file %d (%s) is a FIFO that a task opens as a file, "+
+					"not through a FIFO entry: its open would block", id, reg.GetName())
+			}
+		}
+	}
+	return nil
+}
+
+func fileKind(mode uint32) string {
+	switch mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		return "regular file"
+	case unix.S_IFDIR:
+		return "folder"
+	case unix.S_IFIFO:
+		return "FIFO"
+	case unix.S_IFSOCK:
+		return "socket"
+	case unix.S_IFCHR:
+		return "character device"
+	case unix.S_IFBLK:
+		return "block device"
+	case unix.S_IFLNK:
+		return "symlink"
+	case 0:
+		return "file of no recorded kind"
+	}
+	return fmt.Sprintf("mode %#o", mode)
+}
