@@ -537,6 +537,42 @@ no_erofs_mounts() {
 	[[ $output == *"want oci-archive:PATH"* ]] || die "a bad --output is not explained"
 }
 
+# image_digest IMAGE: the manifest digest IMAGE names in the local store.
+image_digest() {
+	"$BIN/ctr" -a "$CONTAINERD_ADDRESS" images ls | awk -v i="$1" '$1 == i {print $3}'
+}
+
+@test "create refuses a missing --output folder and a name taken before it quiesces; --replace replaces a checkpoint image only" {
+	local port image=rekindle.local/ckpt:taken archive=$BATS_TEST_TMPDIR/ckpt.tar first
+	port=$(free_port)
+	start_engine osrc "$port"
+	ocicp 1 create --output "oci-archive:$BATS_TEST_TMPDIR/nosuch/ckpt.tar" osrc "$image"
+	[[ $output == *"folder $BATS_TEST_TMPDIR/nosuch does not exist: create it first"* ]] || die "a missing --output folder is not named"
+	[[ $output != *"==> "* ]] || die "create went on before refusing the --output folder"
+
+	ocicp create --quiet --leave-running osrc "$image"
+	first=$(image_digest "$image")
+	ocicp 1 create --leave-running osrc "$image"
+	[[ $output == *"image $image: already exists: remove it first ('oci-checkpoint rm $image'), or pass --replace"* ]] ||
+		die "an image of that name is not refused with the fix"
+	[[ $output != *"==> "* ]] || die "create went on before refusing the image name"
+	is "$(image_digest "$image")" "$first" "the image after the refused create"
+	ocicp create --quiet --leave-running --replace osrc "$image"
+	[ "$(image_digest "$image")" != "$first" ] || die "--replace did not replace the image"
+
+	ocicp 1 create --leave-running --replace osrc "$ENGINE_IMAGE"
+	[[ $output == *"image $ENGINE_IMAGE: already exists and is not a checkpoint image"* ]] || die "--replace over a base image is not refused"
+	ocicp 2 check "$ENGINE_IMAGE"
+	[[ $output == *"is not a checkpoint image"* ]] || die "the base image was replaced"
+
+	ocicp create --quiet --leave-running --output "oci-archive:$archive" osrc "$image"
+	ocicp 1 create --leave-running --output "oci-archive:$archive" osrc "$image"
+	[[ $output == *"--output oci-archive:$archive: already exists: remove it first, or pass --replace"* ]] || die "an existing archive is not refused"
+	ocicp create --quiet --leave-running --replace --output "oci-archive:$archive" osrc "$image"
+	is "$(state_of "$port" loaded)" "true" "the engine after the refusals"
+	run_nerdctl rm -f osrc
+}
+
 @test "a restored engine checkpointed again restores again: the second image keeps the base image and the rootfs diff" {
 	local port img1=rekindle.local/ckpt:gen1 img2=rekindle.local/ckpt:gen2
 	port=$(free_port)

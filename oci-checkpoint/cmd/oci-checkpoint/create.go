@@ -35,7 +35,8 @@ var createCmd = &cli.Command{
 		&cli.StringFlag{Name: "wake-binary", Usage: "the static rekindle-wake to inject (default: beside oci-checkpoint)"},
 		&cli.BoolFlag{Name: "leave-running", Usage: "resume the engine after the dump instead of stopping the container"},
 		&cli.BoolFlag{Name: "stop-at-dump", Usage: "stop the container with the dump, not once the image is written: faster for an engine that keeps its weights on the GPU, but a failed packaging loses the engine"},
-		&cli.StringFlag{Name: "output", Usage: "oci-archive:PATH writes an OCI archive instead of storing the image"},
+		&cli.StringFlag{Name: "output", Usage: "oci-archive:PATH writes an OCI archive instead of storing the image (its folder must exist)"},
+		&cli.BoolFlag{Name: "replace", Usage: "replace a checkpoint image of that name, or the --output file, instead of refusing it (as podman create --replace)"},
 		&cli.StringFlag{Name: "work-dir", Usage: "where the checkpoint is assembled (needs room for it; default $TMPDIR)"},
 		&cli.BoolFlag{Name: "keep-zero-pages", Usage: "store the pages of zeros of the processes' private memory as CRIU dumped them (by default they are left out: a restore maps fresh memory, which reads as zeros)"},
 		&cli.StringFlag{Name: "compression", Value: checkpoint.CompressionNone, Usage: "checkpoint layer compression: none (fastest to write; restores with any runtime), pages (the memory pages compressed inside a layer read in place: a fifth of the bytes to read on a first restore; restores only with Rekindle's containerd) or zstd (the whole layer: smallest to push and pull, unpacked at about 1 GB/s before a first restore)"},
@@ -58,7 +59,7 @@ var createCmd = &cli.Command{
 			WakeDeadline: cc.Duration("wake-deadline"), WakeBinary: cc.String("wake-binary"),
 			LeaveRunning: cc.Bool("leave-running"), WorkDir: cc.String("work-dir"), Progress: os.Stderr,
 			Compression: cc.String("compression"), KeepZeroPages: cc.Bool("keep-zero-pages"), Version: version, StopAtDump: cc.Bool("stop-at-dump"),
-			Fallback: cc.String("fallback"),
+			Fallback: cc.String("fallback"), Replace: cc.Bool("replace"),
 		}
 		if f := cc.String("sign-key"); f != "" {
 			// Read before anything is done to the engine: a key that

@@ -49,7 +49,10 @@ type Options struct {
 	// OCIArchive, when set, receives the image as an OCI archive instead
 	// of the image store.
 	OCIArchive string
-	WorkDir    string
+	// Replace lets Create replace a checkpoint image of that name (or the
+	// OCIArchive file); without it Create refuses one before it starts.
+	Replace bool
+	WorkDir string
 	// Version of oci-checkpoint, recorded as the checkpointing engine's.
 	Version string
 	// Compression of the checkpoint layer: CompressionNone (default) or
@@ -169,6 +172,9 @@ type creation struct {
 func open(ctx context.Context, c *client.Client, o Options) (*creation, error) {
 	name, err := NormalizeName(o.Image)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkOutput(ctx, c.ContentStore(), c.ImageService(), name, o); err != nil {
 		return nil, err
 	}
 	ctr, err := FindContainer(ctx, c, o.Container)

@@ -57,7 +57,7 @@ func writeImage(ctx context.Context, c *client.Client, name string, baseImg clie
 	if o.OCIArchive != "" {
 		return mdesc, size, exportArchive(ctx, c, mdesc, name, o, size)
 	}
-	if err := storeImage(ctx, c, name, mdesc); err != nil {
+	if err := storeImage(ctx, c, name, mdesc, o.Replace); err != nil {
 		return ocispec.Descriptor{}, 0, err
 	}
 	return mdesc, size, nil
@@ -126,17 +126,20 @@ func writeManifest(ctx context.Context, cs content.Store, cfg, layer ocispec.Des
 }
 
 // storeImage names the manifest in the image store, replacing an image
-// of that name.
-func storeImage(ctx context.Context, c *client.Client, name string, mdesc ocispec.Descriptor) error {
+// of that name if replace (checkOutput checked that it is a checkpoint
+// image), else failing on one made while the checkpoint ran.
+func storeImage(ctx context.Context, c *client.Client, name string, mdesc ocispec.Descriptor, replace bool) error {
 	img := images.Image{Name: name, Target: mdesc, Labels: map[string]string{annotations.ImageLabel: "true"}}
 	is := c.ImageService()
-	if _, err := is.Create(ctx, img); errdefs.IsAlreadyExists(err) {
+	_, err := is.Create(ctx, img)
+	switch {
+	case errdefs.IsAlreadyExists(err) && replace:
 		_, err = is.Update(ctx, img)
 		return err
-	} else if err != nil {
-		return err
+	case errdefs.IsAlreadyExists(err):
+		return fmt.Errorf("image %s: %w (stored while this checkpoint ran): remove it ('oci-checkpoint rm %s') or pass --replace, and checkpoint again", name, err, name)
 	}
-	return nil
+	return err
 }
 
 // exportArchive writes the image as an OCI archive at o.OCIArchive, through
