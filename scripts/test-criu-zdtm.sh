@@ -17,7 +17,9 @@
 # several tasks with CRIU_FAULT=142 (the root task restores all of itself
 # before the others start on their memory) and with zdtm's --fault 7 (a
 # child dies right after it has restored its files: the restore fails, not
-# hangs).
+# hangs). Then inherit fds (criu-patches/files-refuse-criu-s-own-descriptors-as-inherit-fds-m):
+# CRIU's RPC test inherit_fd.py, and zdtm's inhfd tests through the command
+# line and through RPC.
 #
 # zdtm runs most tests as an unprivileged user, and criu then needs
 # CAP_SYS_RESOURCE to read their rlimits (prlimit of another user's
@@ -191,6 +193,28 @@ failed=$(cat "$src"/test/dump/zdtm/static/*/*/*/restore.log.fail 2>/dev/null)
 died=$(grep -c 'fault: Restore of a child task failure!' <<<"$failed" || true)
 [ "$died" -gt 0 ] || die "zdtm: CRIU_FAULT=7 failed no restore (no restore.log.fail naming the fault)"
 note "zdtm: $died restores failed when a child died after its files, and passed without the fault"
+
+# criu-patches/files-refuse-criu-s-own-descriptors-as-inherit-fds-m: an
+# swrk restore given criu's own RPC socket as an inherit fd fails before
+# any task is created; a regular file the images name "/pipe:[N]" does not
+# take the descriptor given for pipe:[N]; a pipe given at criu's fd 0, as
+# runc gives stdio, becomes the restored task's stdin (test/others/rpc).
+# zdtm's inhfd tests restore pipes, a socket, ttys, a FIFO (an external
+# file) and memfds from descriptors given for them, by the command line
+# and by RPC.
+note "rpc: inherit_fd.py (criu's own descriptors refused, keys matched by the kind of file)"
+make -C "$src/test/others/rpc" rpc_pb2.py criu >>"$log" 2>&1 ||
+	{ tail -20 "$log" >&2; die "building CRIU's RPC tests failed; full log: $log"; }
+(cd "$src/test/others/rpc" && mkdir -p build &&
+	env PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout 300 /usr/bin/python3 ./inherit_fd.py build) ||
+	die "rpc: inherit_fd.py failed"
+args=()
+for t in pipe socket tty fifo memfd; do args+=(-t "inhfd/$t.py"); done
+note "zdtm: inhfd/{pipe,socket,tty,fifo,memfd}, by the command line and by RPC"
+for how in "" --rpc; do
+	(cd "$src/test" && env PATH=/usr/sbin:/usr/bin:/sbin:/bin timeout 900 /usr/bin/python3 zdtm.py run ${how:+"$how"} \
+		"${args[@]}" -f h --keep-going) || die "zdtm: an inhfd test failed${how:+ with $how}, or the run hung for 900 s"
+done
 
 # criu-patches/cuda-restore-the-CUDA-state-of-a-tree-s-processes-at: with
 # the CUDA plugin forced on (CRIU_FAULT=138: no GPU here) and zdtm's mocked
