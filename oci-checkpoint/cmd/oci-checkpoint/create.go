@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,10 +22,24 @@ var createCmd = &cli.Command{
 	Name:      "create",
 	Usage:     "quiesce a running engine container, checkpoint it and store it as an image",
 	ArgsUsage: "CONTAINER IMAGE",
+	Description: `Waits for the engine in CONTAINER to be healthy, checks that its profile (--engine) can
+quiesce it, quiesces it, injects the rekindle-wake helper, dumps it with CRIU through containerd and
+stores the checkpoint as IMAGE in containerd's image store, or as an OCI archive (--output). An image
+or archive of that name is refused unless --replace, before anything is done to the engine. If a
+step after the quiesce fails, the engine is resumed and left running and no image is written; once
+the image is written the container is stopped (--leave-running keeps it serving). A plain
+'nerdctl run IMAGE' restores it, and the helper resumes the engine.
+
+Examples:
+  oci-checkpoint create --engine sglang engine registry.example/engine:ckpt
+  oci-checkpoint create --engine vllm --compression pages vllm0 rekindle.local/ckpt:vllm
+  oci-checkpoint create --engine generic --port 9000 --quiesce 'POST /pause {"drain": true, "timeout": 30}' \
+      --resume 'POST /resume' myengine rekindle.local/ckpt:mine
+  oci-checkpoint create --output oci-archive:/var/tmp/engine.tar engine rekindle.local/ckpt:engine`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "engine", Value: "sglang", Usage: "engine profile: " + strings.Join(engine.Names, ", ")},
-		&cli.IntFlag{Name: "port", Usage: "engine HTTP port inside the container (default: sglang 30000, vllm 8000)"},
-		&cli.IntFlag{Name: "sleep-level", Usage: fmt.Sprintf("vllm: sleep level before the dump, 1 (weights offloaded to host memory, in the checkpoint) or 2 (weights dropped, reloaded from the model's files on wake) (default %d)", engine.DefaultVLLMSleepLevel)},
+		&cli.IntFlag{Name: "port", Usage: "engine HTTP port inside the container", DefaultText: "the profile's: sglang 30000, vllm 8000"},
+		&cli.IntFlag{Name: "sleep-level", Usage: "vllm: sleep level before the dump, 1 (weights offloaded to host memory, in the checkpoint) or 2 (weights dropped, reloaded from the model's files on wake)", DefaultText: strconv.Itoa(engine.DefaultVLLMSleepLevel)},
 		&cli.StringFlag{Name: "url", Usage: "reach the engine at this URL from the host instead of inside the container's network namespace"},
 		newCallsFlag("quiesce", "a quiesce call, 'POST /path [JSON]' (PUT, DELETE alike), 'GET /path' or 'exec COMMAND'; repeat the flag for each call, in order; the calls replace the profile's"),
 		newCallsFlag("resume", "a resume call, in the same forms; repeat the flag for each call, in order; the calls replace the profile's"),
@@ -46,12 +61,12 @@ var createCmd = &cli.Command{
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout"},
 	},
 	Action: func(cc *cli.Context) error {
-		if cc.NArg() != 2 {
-			return cli.Exit("usage: oci-checkpoint create [flags] CONTAINER IMAGE", 2)
+		if err := cliapp.CheckArgs(cc); err != nil {
+			return err
 		}
 		p, err := profile(cc)
 		if err != nil {
-			return cli.Exit(err, 2)
+			return cliapp.Usagef(cc, "%w", err)
 		}
 		o := checkpoint.Options{
 			Container: cc.Args().Get(0), Image: cc.Args().Get(1), Engine: p, URL: cc.String("url"),
@@ -69,15 +84,15 @@ var createCmd = &cli.Command{
 			}
 		}
 		if o.StopAtDump && o.LeaveRunning {
-			return cli.Exit("--stop-at-dump and --leave-running contradict each other: give one", 2)
+			return cliapp.Usagef(cc, "--stop-at-dump and --leave-running contradict each other: give one")
 		}
 		if err := checkpoint.CheckCompression(o.Compression); err != nil {
-			return cli.Exit("--"+err.Error(), 2)
+			return cliapp.Usagef(cc, "--%w", err)
 		}
 		switch o.Fallback {
 		case annotations.FallbackCold, annotations.FallbackNone:
 		default:
-			return cli.Exit(fmt.Sprintf("--fallback %q: want %s or %s", o.Fallback, annotations.FallbackCold, annotations.FallbackNone), 2)
+			return cliapp.Usagef(cc, "--fallback %q: want %s or %s", o.Fallback, annotations.FallbackCold, annotations.FallbackNone)
 		}
 		quiet := cc.Bool("quiet")
 		if quiet {
@@ -86,7 +101,7 @@ var createCmd = &cli.Command{
 		if out := cc.String("output"); out != "" {
 			path, ok := strings.CutPrefix(out, "oci-archive:")
 			if !ok || path == "" {
-				return cli.Exit(fmt.Sprintf("--output %q: want oci-archive:PATH", out), 2)
+				return cliapp.Usagef(cc, "--output %q: want oci-archive:PATH", out)
 			}
 			o.OCIArchive = path
 		}

@@ -14,10 +14,8 @@ import (
 	"rekindle.local/oci-checkpoint/pkg/registry"
 )
 
+// inspect reads the report on cc's IMAGE.
 func inspect(cc *cli.Context) (*checkpoint.Report, error) {
-	if cc.NArg() != 1 {
-		return nil, cli.Exit("usage: oci-checkpoint "+cc.Command.Name+" IMAGE", 2)
-	}
 	c, ctx, cancel, err := connect(cc)
 	if err != nil {
 		return nil, err
@@ -95,12 +93,24 @@ func printReport(r *checkpoint.Report) {
 }
 
 var inspectCmd = &cli.Command{
-	Name:        "inspect",
-	Usage:       "show a checkpoint image's engine, host facts, GPUs, sizes and phase times, from its manifest",
-	ArgsUsage:   "IMAGE",
-	Description: registryHelp,
-	Flags:       append([]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}}, registryFlags()...),
+	Name:      "inspect",
+	Usage:     "show a checkpoint image's engine, host facts, GPUs, sizes and phase times, from its manifest",
+	ArgsUsage: "IMAGE",
+	Description: `Prints what a checkpoint image's manifest records: the engine and its version, the base
+image, the checkpoint layer and its compression, the host facts (CPU, kernel, CRIU, GPUs, driver),
+the phase times of its checkpoint, its fallback and signature, and whether this host can restore it
+(as check says).
+
+` + registryHelp + `
+
+Examples:
+  oci-checkpoint inspect rekindle.local/ckpt:engine
+  oci-checkpoint inspect --json registry.example/engine:ckpt | jq .phases`,
+	Flags: append([]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}}, registryFlags()...),
 	Action: func(cc *cli.Context) error {
+		if err := cliapp.CheckArgs(cc); err != nil {
+			return err
+		}
 		r, err := inspect(cc)
 		if err != nil {
 			return err
@@ -125,13 +135,22 @@ var checkCmd = &cli.Command{
 	Name: "check",
 	Usage: "say whether this host can restore IMAGE, from its manifest only: exit 0 it can, " +
 		"1 it cannot (the reasons are printed), 2 the check could not be made (no such image, registry unreachable, bad input)",
-	ArgsUsage:   "IMAGE",
-	Description: registryHelp,
-	Flags:       append([]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}}, registryFlags()...),
-	OnUsageError: func(cc *cli.Context, err error, _ bool) error {
-		return cli.Exit(fmt.Sprintf("%v (usage: oci-checkpoint check [--json] [--hosts-dir DIR]... IMAGE)", err), checkCouldNotRun)
-	},
+	ArgsUsage: "IMAGE",
+	Description: `Compares what IMAGE's manifest records (CPU flags, CRIU and kernel, GPUs and driver) with
+this host, without pulling it, so that a script (an init container, a scheduler) can tell "this
+host cannot restore it" (exit 1, the reasons printed) from "the check could not be made" (exit 2:
+no such image, registry unreachable, bad input).
+
+` + registryHelp + `
+
+Examples:
+  oci-checkpoint check registry.example/engine:ckpt && nerdctl run -d registry.example/engine:ckpt
+  oci-checkpoint check --json --hosts-dir /etc/containerd/certs.d registry.example/engine:ckpt`,
+	Flags: append([]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}}, registryFlags()...),
 	Action: func(cc *cli.Context) error {
+		if err := cliapp.CheckArgs(cc); err != nil {
+			return err
+		}
 		r, err := inspect(cc)
 		if err != nil {
 			var ec cli.ExitCoder

@@ -19,6 +19,12 @@ import (
 var version = "dev"
 
 func main() {
+	cliapp.Run(newApp())
+}
+
+// newApp is oci-checkpoint's command line; every usage error exits 2 with
+// the command's usage line (cliapp.Strict).
+func newApp() *cli.App {
 	app := &cli.App{
 		Name:    "oci-checkpoint",
 		Usage:   "checkpoint inference engine containers into OCI images that restore with nerdctl run",
@@ -29,7 +35,8 @@ func main() {
 		},
 		Commands: []*cli.Command{createCmd, signCmd, inspectCmd, checkCmd, memoryCmd, lsCmd, rmCmd},
 	}
-	cliapp.Run(app)
+	cliapp.Strict(app)
+	return app
 }
 
 func connect(cc *cli.Context) (*client.Client, context.Context, context.CancelFunc, error) {

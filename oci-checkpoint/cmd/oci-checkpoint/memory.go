@@ -22,14 +22,18 @@ var memoryCmd = &cli.Command{
 	ArgsUsage: "IMAGE",
 	Description: `Reads CRIU's images (pstree, mm, pagemap, files) from the checkpoint layer in containerd's
 content store, streaming past the pages; nothing is extracted to disk but those small files, in a
-temporary folder. Pull a registry image first (nerdctl pull IMAGE).`,
+temporary folder. Pull a registry image first (nerdctl pull IMAGE).
+
+Examples:
+  oci-checkpoint memory rekindle.local/ckpt:engine
+  oci-checkpoint memory --json --top 3 rekindle.local/ckpt:engine | jq '.processes[0].mappings'`,
 	Flags: []cli.Flag{
 		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 		&cli.IntFlag{Name: "top", Value: 8, Usage: "mappings shown per process"},
 	},
 	Action: func(cc *cli.Context) error {
-		if cc.NArg() != 1 {
-			return cli.Exit("usage: oci-checkpoint memory [--json] [--top N] IMAGE", 2)
+		if err := cliapp.CheckArgs(cc); err != nil {
+			return err
 		}
 		c, ctx, cancel, err := connect(cc)
 		if err != nil {

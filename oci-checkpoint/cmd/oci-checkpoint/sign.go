@@ -26,14 +26,20 @@ Make a key pair with
   openssl genpkey -algorithm ed25519 -out ckpt.key
   openssl pkey -in ckpt.key -pubout -out ckpt.pub
 and give ckpt.pub to the restoring hosts (containerd's checkpoint_restore_keys).
-'oci-checkpoint create --sign-key FILE' signs as it creates.`,
+'oci-checkpoint create --sign-key FILE' signs as it creates.
+
+Example:
+  oci-checkpoint sign --key ckpt.key rekindle.local/ckpt:engine && nerdctl push rekindle.local/ckpt:engine`,
 	Flags: []cli.Flag{
-		&cli.StringFlag{Name: "key", Required: true, Usage: "the Ed25519 private key, PEM (PKCS#8), as 'openssl genpkey -algorithm ed25519' writes it"},
+		&cli.StringFlag{Name: "key", Usage: "the Ed25519 private key, PEM (PKCS#8), as 'openssl genpkey -algorithm ed25519' writes it"},
 		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout"},
 	},
 	Action: func(cc *cli.Context) error {
-		if cc.NArg() != 1 {
-			return cli.Exit("usage: oci-checkpoint sign --key FILE IMAGE", 2)
+		if err := cliapp.CheckArgs(cc); err != nil {
+			return err
+		}
+		if cc.String("key") == "" {
+			return cliapp.Usagef(cc, "--key FILE is required: the Ed25519 private key to sign with")
 		}
 		key, err := checkpoint.LoadSigningKey(cc.String("key"))
 		if err != nil {

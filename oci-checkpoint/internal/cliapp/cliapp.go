@@ -27,12 +27,18 @@ func Run(app *cli.App) {
 
 // Main runs app on args. An error is written to stderr as
 // "NAME: error: ERROR" and gives the status of the cli.ExitCoder it wraps,
-// else 1; success gives 0. (An unwrapped cli.Exit error has already ended
-// the process inside app.Run, through cli.OsExiter, with its message.)
+// else 1; a UsageError adds its usage line and gives 2; success gives 0.
+// (An unwrapped cli.Exit error has already ended the process inside
+// app.Run, through cli.OsExiter, with its message.)
 func Main(app *cli.App, args []string, stderr io.Writer) int {
 	err := app.Run(args)
 	if err == nil {
 		return 0
+	}
+	var ue *UsageError
+	if errors.As(err, &ue) {
+		ue.write(stderr, app.Name)
+		return UsageStatus
 	}
 	fmt.Fprintln(stderr, app.Name+": error:", err)
 	var ec cli.ExitCoder

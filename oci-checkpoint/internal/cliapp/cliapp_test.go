@@ -30,6 +30,8 @@ func TestMainExitStatus(t *testing.T) {
 		{"success", nil, 0, ""},
 		{"plain error", errors.New("boom"), 1, "prog: error: boom\n"},
 		{"wrapped exit coder", fmt.Errorf("load: %w", cli.Exit("usage: prog NAME", 2)), 2, "prog: error: load: usage: prog NAME\n"},
+		{"usage error", fmt.Errorf("x: %w", &UsageError{Command: "prog x", Usage: "prog x [flags] NAME", Err: errors.New("missing NAME")}), 2,
+			"prog: error: missing NAME\nusage: prog x [flags] NAME (see 'prog x --help')\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
