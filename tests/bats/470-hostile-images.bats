@@ -309,6 +309,119 @@ d['entries'].append(peer)
 	is "$(cat "$d/peers")" "" "the connections the host's listener saw"
 }
 
+# dump_piped NAME DIR [JQ]: dump, with the task's stdout and stderr a pipe,
+# as a shim gives them: runc inherits such stdio into the restore.
+dump_piped() {
+	local name=$1 dir=$2 i
+	bundle "$dir" "${3:-.}"
+	(cd "$dir" && runc_ run -d "$name" </dev/null 2>&1 | cat >/dev/null) &
+	for i in $(seq 50); do
+		[ "$(runc_ state "$name" 2>/dev/null | jq -r .status)" = running ] && break
+		sleep 0.1
+	done
+	run_cmd runc_ checkpoint --image-path "$dir/img" --work-path "$dir/work" "$name"
+}
+
+# restore_to NAME DIR [FLAGS...]: runc restore of DIR/img as NAME, detached,
+# its output in DIR/restore.out (a restored task holds whatever stdio the
+# restore had); at most 60 s, after which status is 124 (or 137 where
+# runc ignored the TERM).
+restore_to() {
+	local name=$1 dir=$2
+	shift 2
+	status=0
+	timeout -k 5 60 "$BIN/runc" --root "$BATS_FILE_TMPDIR/runc" restore -d "$@" --image-path "$dir/img" \
+		--work-path "$dir/work" --bundle "$dir" "$name" </dev/null >"$dir/restore.out" 2>&1 || status=$?
+	output=$(cat "$dir/restore.out")
+	echo "restore of $name: exit $status: $output" >&2
+}
+
+# root_file IMG NAME FD: add to IMG a regular file NAME of the rootfs that
+# the root task holds at FD.
+root_file() {
+	local img=$1 name=$2 fd=$3 files
+	files=$(python3 -c 'import json, subprocess, sys
+tree = json.loads(subprocess.check_output([sys.argv[1], "decode", "-i", sys.argv[2] + "/pstree.img"]))
+ids = json.loads(subprocess.check_output([sys.argv[1], "decode", "-i", "%s/ids-%d.img" % (sys.argv[2], tree["entries"][0]["pid"])]))
+print(ids["entries"][0]["files_id"])' "$BIN/crit" "$img") || die "reading the root task's files id"
+	craft "$img/files.img" "
+root = min(e['reg']['mnt_id'] for e in d['entries'] if e.get('reg', {}).get('name') == '/')
+own = {'uid': 0, 'euid': 0, 'signum': 0, 'pid_type': 0, 'pid': 0}
+d['entries'].append({'type': 'REG', 'id': 9999, 'reg': {'id': 9999, 'flags': 2, 'pos': '0', 'fown': own,
+	'name': '$name', 'mnt_id': root, 'mode': 0o100644}})
+"
+	craft "$img/fdinfo-$files.img" "d['entries'].append({'id': 9999, 'flags': 0, 'type': 'REG', 'fd': $fd})"
+}
+
+# The attack on runc's own control channel: descriptors.json, runc's list of
+# the task's stdio, chose the descriptors CRIU hands the restored tasks;
+# index 3 is CRIU's end of runc's RPC socket. Today's runc takes the stdio
+# from the images and never sends fd 3.
+@test "runc restore: a descriptors.json that names CRIU's RPC socket for a file hands the restored task nothing of runc's" {
+	local d=$BATS_TEST_TMPDIR/b pid
+	dump_piped h-rpc "$d"
+	root_file "$d/img" '/pipe:[777]' 50
+	jq -c '. + ["pipe:[777]"]' "$d/img/descriptors.json" >"$d/j" && mv "$d/j" "$d/img/descriptors.json"
+	touch "$d/rootfs/pipe:[777]"
+	restore_to h-rpc "$d"
+	[ "$status" -eq 0 ] || die "the restore did not end with the container restored (exit $status; 124: it hung, the task holding runc's socket): $output"
+	pid=$(runc_ state h-rpc | jq -r .pid)
+	is "$(readlink "/proc/$pid/fd/50")" "/pipe:[777]" "the restored task's fd 50, the file of the images"
+	run ls -l "/proc/$pid/fd"
+	[[ $output != *socket:* ]] || die "the restored task holds a socket it did not have: $output"
+}
+
+@test "runc restore: a regular file named as the key of the stdio pipe runc inherits is refused" {
+	local d=$BATS_TEST_TMPDIR/b key
+	dump_piped h-key "$d"
+	key=$(python3 -c 'import json, sys; print([k for k in json.load(open(sys.argv[1])) if k.startswith("pipe:")][0])' "$d/img/descriptors.json")
+	root_file "$d/img" "/$key" 50
+	restore_to h-key "$d"
+	is "$status" 1 "runc restore's exit status"
+	[[ $output == *"refusing to restore: checkpoint image files.img: file 9999 (a regular file) is named "*"/$key"*", the key of a descriptor runc hands CRIU"* ]] ||
+		die "the error does not name the file and the key: $output"
+	[ ! -e "$d/work/restore.log" ] || die "CRIU ran: $(tail -5 "$d/work/restore.log")"
+	run runc_ list -q
+	[ -z "$output" ] || die "runc lists a container after a refused restore: $output"
+}
+
+# CRIU takes a lease as the file's owner (set_file_lease): restored as uid
+# 1000 without CAP_LEASE, the task would hold a lease on a root-owned host
+# file, and the host's writers of it would wait up to lease-break-time.
+@test "runc restore --file-locks: a lease on a root-owned file the config binds, for a task of uid 1000 without CAP_LEASE, is refused" {
+	local d=$BATS_TEST_TMPDIR/b pid
+	mkdir -p "$BATS_TEST_TMPDIR/host"
+	echo weights >"$BATS_TEST_TMPDIR/host/file"
+	# CRIU cannot dump a process of another user here (its rlimits are not
+	# root's to read): dump it as root, then make the images those of uid
+	# 1000 with no capabilities, as a dump of such a process writes them.
+	dump h-lease "$d" '.process.args = ["/bin/sh", "-c", "exec 5</data/file; while :; do sleep 1; done"]
+		| .mounts += [{"destination": "/data", "type": "bind", "source": "'"$BATS_TEST_TMPDIR/host"'", "options": ["rbind", "ro"]}]'
+	pid=$(python3 -c 'import json, subprocess, sys
+print(json.loads(subprocess.check_output([sys.argv[1], "decode", "-i", sys.argv[2]]))["entries"][0]["pid"])' "$BIN/crit" "$d/img/pstree.img")
+	local core
+	for core in "$d"/img/core-*.img; do
+		craft "$core" "
+c = d['entries'][0]['thread_core']['creds']
+for k in ('uid', 'gid', 'euid', 'egid', 'suid', 'sgid', 'fsuid', 'fsgid'):
+    c[k] = 1000
+c['cap_prm'] = c['cap_eff'] = c['cap_inh'] = [0, 0]
+"
+	done
+	jq '.process.user = {"uid": 1000, "gid": 1000}' "$d/config.json" >"$d/c" && mv "$d/c" "$d/config.json"
+	printf '{"magic": "FILE_LOCKS", "entries": [{"flag": 8, "type": 0, "pid": %d, "fd": 5, "start": 0, "len": 0}]}' "$pid" >"$d/locks.json"
+	"$BIN/crit" encode -i "$d/locks.json" -o "$d/img/filelocks.img" || die "crit encode filelocks.img"
+	restore_to h-lease "$d" --file-locks
+	local rc=$status
+	run cat /proc/locks
+	[[ $output != *LEASE* ]] || die "a lease is held after the restore: $output"
+	is "$rc" 1 "runc restore's exit status (the restore was refused)"
+	local want="checkpoint image filelocks.img: entry 0 (flag 8, type 0, pid $pid, fd 5) is a lease on file"
+	[[ $(cat "$d/restore.out") == *"$want"*"(/data/file), owned by uid 0: the config's user 1000 could not take it without CAP_LEASE"* ]] ||
+		die "the error does not name the entry, the file and its owner: $(cat "$d/restore.out")"
+	[ ! -e "$d/work/restore.log" ] || die "CRIU ran: $(tail -5 "$d/work/restore.log")"
+}
+
 @test "runc restore: an image file runc does not check, or a symlink among the images, is refused" {
 	canaries
 	local d=$BATS_TEST_TMPDIR/b
