@@ -57,24 +57,9 @@ PATCHES = {
     "r-lo": ("runc-patches", "libct-criu-bring-up-the-loopback"),
     "r-enosys": ("runc-patches", "libct-seccomp-patchbpf-emit-the-ENOSYS-stub"),
     "r-program": ("runc-patches", "libct-seccomp-build-a-config-s-program"),
-    "r-priv": ("runc-patches", "libct-criu-refuse-a-restore-whose-images-grant-more"),
-    "r-lsm": ("runc-patches", "libct-criu-restore-under-the-config-s-LSM-label"),
-    "r-aa": ("runc-patches", "libct-criu-refuse-images-that-carry-AppArmor-namespa"),
-    "r-limits": ("runc-patches", "libct-criu-refuse-images-that-raise-a-task-s-priorit"),
-    "r-oom": ("runc-patches", "libct-criu-hold-restored-tasks-rlimits-and-oom_score"),
-    "r-userns": ("runc-patches", "libct-criu-refuse-images-that-choose-their-own-user"),
-    "r-cgroup": ("runc-patches", "libct-criu-restore-in-CRIU-s-cgroup-mode-ignore"),
-    "r-mounts": ("runc-patches", "libct-criu-refuse-mount-images-that-mount-more"),
-    "r-nonroot": ("runc-patches", "libct-criu-grant-a-non-root-process-only"),
-    "r-files": ("runc-patches", "libct-criu-refuse-images-whose-files-need-privileges"),
-    "r-tasks": ("runc-patches", "libct-criu-refuse-tasks-in-namespaces-other-than-the"),
-    "r-remap": ("runc-patches", "libct-criu-allow-ghost-and-link-remap-files-only-on"),
-    "r-unix": ("runc-patches", "libct-criu-refuse-unix-sockets-bound-or-connected-ou"),
-    "r-tmpfs": ("runc-patches", "libct-criu-check-the-archives-CRIU-extracts-into-the"),
-    "r-deny": ("runc-patches", "libct-criu-refuse-image-files-and-file-kinds-that-ru"),
-    "r-jail": ("runc-patches", "libct-criu-restore-in-a-mount-namespace-that-holds-o"),
-    "r-names": ("runc-patches", "libct-criu-place-remap-and-socket-names-as-CRIU-reso"),
-    "r-binds": ("runc-patches", "libct-criu-allow-ghost-files-and-sockets-in-a-bind-t"),
+    "r-guard": ("runc-patches", "libct-criu-check-a-restore-s-images-with-Rekindle-s"),
+    "r-stdio": ("runc-patches", "libct-criu-inherit-the-new-process-s-stdio-from-the"),
+    "r-peer": ("runc-patches", "libct-criu-obey-only-CRIU-s-own-messages-on-the-RPC"),
     "k-zombie": ("criu-patches", "dump-record-a-zombie-s-thread-id-in-pstree.img"),
     "k-shmem-err": ("criu-patches", "shmem-fail-the-restore-when-shared-memory-pages"),
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
@@ -91,6 +76,7 @@ PATCHES = {
     "k-reap": ("criu-patches", "restore-reap-the-seized-tasks-it-kills-in-a-new-pid"),
     "k-sentinel": ("criu-patches", "restore-tell-device-plugins-when-every-task-has-been"),
     "k-cuda-once": ("criu-patches", "cuda-restore-the-CUDA-state-of-a-tree-s-processes-at"),
+    "k-inherit": ("criu-patches", "files-refuse-criu-s-own-descriptors-as-inherit-fds"),
 }
 
 
@@ -208,24 +194,18 @@ BOXES = [
       P("c-drop", "dropped after a failed restore, tasks and CRI"),
       "systemd/rekindle-cache-gc.sh"]),
     ("runc restore",
-     "runc refuses CRIU images that grant a task more than the new container's config (ids, "
-     "capabilities, no_new_privs, seccomp, LSM label, limits, scheduling, namespaces, cgroups, mounts, "
-     "files), has CRIU leave cgroups alone, restores under the config's LSM label, hands CRIU the "
-     "resolved bind-mount sources (CDI's driver files), and brings up the restored network namespace's "
-     "loopback; any image file or file kind it does not check is refused, and CRIU runs in a mount "
-     "namespace that holds only what it needs.",
-     [P("r-priv", "privilege check"), P("r-lsm", "the config's LSM label"),
-      P("r-aa", "no AppArmor namespaces"), P("r-limits", "scheduling and loginuid"),
-      P("r-oom", "rlimits and oom_score_adj held to the spec"), P("r-program", "seccomp program built to compare"),
+     "runc hands the images to Rekindle's guard (guard/, hooked in by one patch), which refuses CRIU "
+     "images that grant a task more than the new container's config (ids, capabilities, no_new_privs, "
+     "seccomp, LSM label, limits, scheduling, namespaces, cgroups, mounts, files, leases) and any image "
+     "file or file kind it does not read, and runs CRIU in a mount namespace that holds only what it "
+     "needs; runc takes the stdio's inherited descriptors from the images, obeys only CRIU's own "
+     "messages, hands CRIU the resolved bind-mount sources (CDI's driver files) and brings up the "
+     "restored network namespace's loopback.",
+     [P("r-guard", "the guard's hook"), "guard/check/", "guard/jail/",
+      P("r-stdio", "stdio inherited from the images"), P("r-peer", "only CRIU's messages, in order"),
+      "guard/peer/", P("r-program", "seccomp program built to compare"),
       P("r-enosys", "seccomp program the same each time"), P("r-bind", "bind-mount sources"),
-      P("r-lo", "loopback up"), P("r-userns", "no user namespace of the image's"),
-      P("r-cgroup", "cgroup mode ignore, cgroup.img checked"), P("r-mounts", "mounts no more than the config"),
-      P("r-nonroot", "a non-root process's grant"), P("r-files", "files that need capabilities"),
-      P("r-deny", "unchecked image files and file kinds refused"), P("r-tasks", "every task in the root's namespaces"),
-      P("r-remap", "ghost and link-remap files on the container's own mounts"),
-      P("r-unix", "unix sockets connected within the tree"), P("r-tmpfs", "tmpfs archives checked"),
-      P("r-jail", "CRIU in a mount namespace of what it needs"),
-      P("r-names", "names placed as CRIU resolves them"), P("r-binds", "binds the process could write"),
+      P("r-lo", "loopback up"),
       P("c-deadline", "killed at checkpoint_restore_timeout")]),
     ("CRIU parallel fill",
      "CRIU restores the process tree; helper threads fill private memory, helper processes shared "
@@ -242,7 +222,8 @@ BOXES = [
       P("k-in-root", "FIFO, lease, watch and unix socket names kept in the root"),
       P("k-sentinel", "device plugins told when every task is handed over"),
       P("k-cuda-once", "a tree's CUDA processes restored at once"),
-      P("k-reap", "a failed restore's tasks killed and reaped")]),
+      P("k-reap", "a failed restore's tasks killed and reaped"),
+      P("k-inherit", "its own descriptors never inherited, keys by kind")]),
     ("CUDA restore",
      "CRIU's CUDA plugin runs cuda-checkpoint again: the GPU state goes back onto the GPUs CDI gave the "
      "new container (old UUIDs mapped onto new ones), then unlock; a service keeps the driver initialized "
