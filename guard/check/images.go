@@ -1,3 +1,7 @@
+// Copyright The Rekindle Authors.
+// Licensed under the Apache License, Version 2.0
+// (http://www.apache.org/licenses/LICENSE-2.0).
+
 package check
 
 import (
@@ -19,62 +23,69 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// imageFiles are the files a checkpoint may hold, as regular files: each
-// is either checked before CRIU runs or restored only into the restored
-// tasks and the namespaces runc has checked to be the container's own.
-// Anything else is refused, so that an image type a newer CRIU reads
-// fails closed until runc checks it. "N" stands for a number.
-var imageFiles = []struct{ name, why string }{
-	{"inventory.img", "namespaces"},
-	{"pstree.img", "every task's credentials, limits and namespaces"},
-	{"core-N.img", "credentials, capabilities, seccomp, scheduling, limits"},
-	{"ids-N.img", "namespaces"},
-	{"files.img", "file kinds, names, privileges"},
-	{"fdinfo-N.img", "descriptors of files.img's files"},
-	{"fs-N.img", "cwd and root, files of files.img"},
-	{"mm-N.img", "the task's memory map, its files those of files.img"},
-	{"pagemap-N.img", "the task's memory"},
-	{"pagemap-shmem-N.img", "shared memory contents"},
-	{"pages-N.img", "memory contents"},
-	{"memfd.img", "memfd contents"},
-	{"signal-p-N.img", "the task's pending signals"},
-	{"signal-s-N.img", "the task's pending signals"},
-	{"mountpoints-N.img", "mounts"},
-	{"cgroup.img", "cgroups"},
-	{"seccomp.img", "seccomp"},
-	{"apparmor.img", "AppArmor namespaces"},
-	{"remap-fpath.img", "ghost and link-remap files"},
-	{"ghost-file-N.img", "ghost files"},
-	{"tmpfs-dev-N.tar.gz.img", "tmpfs archives"},
-	{"tmpfs-N.tar.gz.img", "tmpfs archives"},
-	{"pipes-data.img", "pipe contents"},
-	{"fifo-data.img", "FIFO contents"},
-	{"sk-queues.img", "socket queues, their descriptors in flight"},
-	{"tcp-stream-N.img", "TCP connection state"},
-	{"tty-info.img", "tty kinds"},
-	{"tty-data.img", "pty contents"},
-	{"filelocks.img", "locks on the tasks' files"},
-	{"bpfmap-data.img", "contents of BPF maps, themselves checked"},
-	{"utsns-N.img", "a UTS namespace of the container's own"},
-	{"ipcns-var-N.img", "an IPC namespace of the container's own"},
-	{"ipcns-shm-N.img", "an IPC namespace of the container's own"},
-	{"ipcns-msg-N.img", "an IPC namespace of the container's own"},
-	{"ipcns-sem-N.img", "an IPC namespace of the container's own"},
-	{"timens-N.img", "a time namespace of the container's own"},
-	{"pidns-N.img", "the PID namespace runc gives"},
-	{"netns-N.img", "a network namespace of the container's own"},
-	{"ifaddr-N.img", "a network namespace of the container's own"},
-	{"route-N.img", "a network namespace of the container's own"},
-	{"route6-N.img", "a network namespace of the container's own"},
-	{"rule-N.img", "a network namespace of the container's own"},
-	{"iptables-N.img", "netfilter rules"},
-	{"ip6tables-N.img", "netfilter rules"},
-	{"nftables-N.img", "netfilter rules"},
-	{"stats-dump", "CRIU's statistics, not restored"},
-	{"stats-restore", "CRIU's statistics, written by the restore"},
-	{"descriptors.json", "runc's own list of the task's stdio"},
-	{"dump.log", "a log, not restored"},
-	{"restore.log", "a log, written by the restore"},
+// imageFile is a name a checkpoint may hold, as a regular file, and what
+// reads it before CRIU does: reader, the function that parses it and
+// checks what CRIU or runc acts on; or shownBy, the test that shows its
+// content changes nothing runc or CRIU does on the host. Anything else is
+// refused, so that an image type a newer CRIU reads fails closed until
+// the guard reads it. "N" stands for a number. TestImageFilesHaveReaders
+// walks the table.
+type imageFile struct {
+	name, reader, shownBy string
+	why                   string
+}
+
+var imageFiles = []imageFile{
+	{name: "inventory.img", reader: "checkNamespaces", why: "the root ids the tasks' namespaces are compared with"},
+	{name: "pstree.img", reader: "Restore", why: "every task, each checked"},
+	{name: "core-N.img", reader: "checkTask", why: "credentials, capabilities, seccomp, scheduling, limits"},
+	{name: "ids-N.img", reader: "checkTaskNamespaces", why: "namespaces"},
+	{name: "files.img", reader: "checkFiles", why: "file kinds, names, privileges"},
+	{name: "fdinfo-N.img", reader: "checkFdinfo", why: "each descriptor names a file of files.img of its own kind"},
+	{name: "fs-N.img", reader: "checkFs", why: "cwd and root name folders of files.img"},
+	{name: "mm-N.img", why: "the task's memory map: its files' ids are not yet read"},
+	{name: "pagemap-N.img", why: "the task's memory"},
+	{name: "pagemap-shmem-N.img", why: "shared memory contents"},
+	{name: "pages-N.img", why: "memory contents"},
+	{name: "memfd.img", why: "memfd contents"},
+	{name: "signal-p-N.img", why: "the task's pending signals"},
+	{name: "signal-s-N.img", why: "the task's pending signals"},
+	{name: "mountpoints-N.img", reader: "checkMounts", why: "mounts"},
+	{name: "cgroup.img", reader: "checkCgroups", why: "cgroups"},
+	{name: "seccomp.img", reader: "Restore", why: "seccomp filters, compared with the config's"},
+	{name: "apparmor.img", reader: "checkApparmorNamespaces", why: "AppArmor namespaces"},
+	{name: "remap-fpath.img", reader: "checkRemaps", why: "ghost and link-remap files"},
+	{name: "ghost-file-N.img", reader: "checkRemap", why: "ghost files"},
+	{name: "tmpfs-dev-N.tar.gz.img", reader: "checkTmpfsArchives", why: "tmpfs archives"},
+	{name: "tmpfs-N.tar.gz.img", reader: "checkTmpfsArchives", why: "tmpfs archives"},
+	{name: "pipes-data.img", why: "pipe contents"},
+	{name: "fifo-data.img", why: "FIFO contents"},
+	{name: "sk-queues.img", reader: "readQueues", why: "socket queues: the descriptors in flight"},
+	{name: "tcp-stream-N.img", why: "TCP connection state"},
+	{name: "tty-info.img", reader: "ttyKinds", why: "tty kinds"},
+	{name: "tty-data.img", why: "pty contents"},
+	{name: "filelocks.img", reader: "checkFileLocks", why: "locks and leases on the tasks' files"},
+	{name: "bpfmap-data.img", why: "contents of BPF maps, themselves checked"},
+	{name: "utsns-N.img", why: "a UTS namespace of the container's own"},
+	{name: "ipcns-var-N.img", why: "an IPC namespace of the container's own"},
+	{name: "ipcns-shm-N.img", why: "an IPC namespace of the container's own"},
+	{name: "ipcns-msg-N.img", why: "an IPC namespace of the container's own"},
+	{name: "ipcns-sem-N.img", why: "an IPC namespace of the container's own"},
+	{name: "timens-N.img", why: "a time namespace of the container's own"},
+	{name: "pidns-N.img", why: "the PID namespace runc gives"},
+	{name: "netns-N.img", why: "a network namespace of the container's own"},
+	{name: "ifaddr-N.img", why: "a network namespace of the container's own"},
+	{name: "route-N.img", why: "a network namespace of the container's own"},
+	{name: "route6-N.img", why: "a network namespace of the container's own"},
+	{name: "rule-N.img", why: "a network namespace of the container's own"},
+	{name: "iptables-N.img", reader: "checkNetfilter", why: "netfilter rules"},
+	{name: "ip6tables-N.img", reader: "checkNetfilter", why: "netfilter rules"},
+	{name: "nftables-N.img", reader: "checkNetfilter", why: "netfilter rules"},
+	{name: "stats-dump", why: "CRIU's statistics, not restored"},
+	{name: "stats-restore", why: "CRIU's statistics, written by the restore"},
+	{name: "descriptors.json", shownBy: "TestStdioInherits", why: "runc's list of the dumped stdio, no longer read on restore"},
+	{name: "dump.log", why: "a log, not restored"},
+	{name: "restore.log", why: "a log, written by the restore"},
 }
 
 var imageFileRe = func() *regexp.Regexp {

@@ -1,3 +1,7 @@
+// Copyright The Rekindle Authors.
+// Licensed under the Apache License, Version 2.0
+// (http://www.apache.org/licenses/LICENSE-2.0).
+
 package check
 
 import (
@@ -157,6 +161,12 @@ func Restore(dir *os.File, p *Process, config *configs.Config, lsmProfile string
 	if err := g.checkUnixSockets(dir, tasks, files, config.Rootfs); err != nil {
 		return fmt.Errorf("refusing to restore: checkpoint image files.img: %w; "+
 			"checkpoint the container with its unix sockets connected among its own tasks", err)
+	}
+	if err := checkFdinfo(dir, tasks, files); err != nil {
+		return err
+	}
+	if err := checkFs(dir, tasks, files); err != nil {
+		return err
 	}
 	if err := g.checkFileLocks(dir, tasks, files); err != nil {
 		return err

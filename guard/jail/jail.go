@@ -1,3 +1,11 @@
+// Copyright The Rekindle Authors.
+// Licensed under the Apache License, Version 2.0
+// (http://www.apache.org/licenses/LICENSE-2.0).
+
+// Package jail starts a restore's CRIU in a mount namespace that holds
+// only the container, its images, the config's bind sources and CRIU's
+// own files: whatever the checks miss, the host's other files are not
+// there to name.
 package jail
 
 import (

@@ -1,3 +1,7 @@
+// Copyright The Rekindle Authors.
+// Licensed under the Apache License, Version 2.0
+// (http://www.apache.org/licenses/LICENSE-2.0).
+
 // Package peer checks the messages runc reads from its RPC socket with
 // CRIU: each comes from CRIU itself, and a restore's notifications come in
 // the order CRIU sends them. runc acts on a notification as root (it runs

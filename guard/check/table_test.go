@@ -1,0 +1,96 @@
+// Copyright The Rekindle Authors.
+// Licensed under the Apache License, Version 2.0
+// (http://www.apache.org/licenses/LICENSE-2.0).
+
+package check
+
+import (
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// unread are the image files the guard allows but does not read yet,
+// each restored by CRIU into the container's own tasks or namespaces (the
+// table says what it holds). The list only shrinks: a file added to the
+// table needs a reader or a test.
+var unread = []string{
+	"mm-N.img", "pagemap-N.img", "pagemap-shmem-N.img", "pages-N.img", "memfd.img",
+	"signal-p-N.img", "signal-s-N.img", "pipes-data.img", "fifo-data.img", "tcp-stream-N.img",
+	"tty-data.img", "bpfmap-data.img", "utsns-N.img", "ipcns-var-N.img", "ipcns-shm-N.img",
+	"ipcns-msg-N.img", "ipcns-sem-N.img", "timens-N.img", "pidns-N.img", "netns-N.img",
+	"ifaddr-N.img", "route-N.img", "route6-N.img", "rule-N.img", "stats-dump", "stats-restore",
+	"dump.log", "restore.log",
+}
+
+// TestImageFilesHaveReaders walks the table of image files: each names
+// a function of this package that reads it (its body names the file) or
+// a test of this package that shows its content changes nothing, or is
+// one of the files not read yet.
+func TestImageFilesHaveReaders(t *testing.T) {
+	funcs, tests := packageFuncs(t)
+	for _, f := range imageFiles {
+		switch {
+		case f.reader != "":
+			body, ok := funcs[f.reader]
+			if !ok {
+				t.Errorf("%s: its reader %s is no function of the package", f.name, f.reader)
+				continue
+			}
+			if stem, _, _ := strings.Cut(f.name, "N"); !slices.ContainsFunc(body, func(s string) bool { return strings.Contains(s, stem) }) {
+				t.Errorf("%s: its reader %s names no file %q", f.name, f.reader, stem)
+			}
+		case f.shownBy != "":
+			if !tests[f.shownBy] {
+				t.Errorf("%s: its test %s is no test of the package", f.name, f.shownBy)
+			}
+		case !slices.Contains(unread, f.name):
+			t.Errorf("%s has neither a reader nor a test", f.name)
+		}
+		if (f.reader != "" || f.shownBy != "") && slices.Contains(unread, f.name) {
+			t.Errorf("%s is read now: take it off the unread list", f.name)
+		}
+	}
+	for _, name := range unread {
+		if !slices.ContainsFunc(imageFiles, func(f imageFile) bool { return f.name == name }) {
+			t.Errorf("unread lists %s, which the table does not hold", name)
+		}
+	}
+}
+
+// packageFuncs returns the string literals in each function of the
+// package's own files, and the names of its tests.
+func packageFuncs(t *testing.T) (map[string][]string, map[string]bool) {
+	t.Helper()
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, ".", func(fi os.FileInfo) bool { return true }, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	funcs, tests := map[string][]string{}, map[string]bool{}
+	for name, f := range pkgs["check"].Files {
+		for _, d := range f.Decls {
+			fd, ok := d.(*ast.FuncDecl)
+			if !ok {
+				continue
+			}
+			if strings.HasSuffix(name, "_test.go") {
+				tests[fd.Name.Name] = strings.HasPrefix(fd.Name.Name, "Test")
+				continue
+			}
+			var lits []string
+			ast.Inspect(fd, func(n ast.Node) bool {
+				if l, ok := n.(*ast.BasicLit); ok && l.Kind == token.STRING {
+					lits = append(lits, l.Value)
+				}
+				return true
+			})
+			funcs[fd.Name.Name] = lits
+		}
+	}
+	return funcs, tests
+}
