@@ -37,14 +37,14 @@ type imageFile struct {
 
 var imageFiles = []imageFile{
 	{name: "inventory.img", reader: "checkNamespaces", why: "the root ids the tasks' namespaces are compared with"},
-	{name: "pstree.img", reader: "Restore", why: "every task, each checked"},
+	{name: "pstree.img", reader: "Restore", why: "every task, each checked; a tree (checkTree)"},
 	{name: "core-N.img", reader: "checkTask", why: "credentials, capabilities, seccomp, scheduling, limits"},
 	{name: "ids-N.img", reader: "checkTaskNamespaces", why: "namespaces"},
 	{name: "files.img", reader: "checkFiles", why: "file kinds, names, privileges"},
 	{name: "fdinfo-N.img", reader: "checkFdinfo", why: "each descriptor names a file of files.img of its own kind"},
 	{name: "fs-N.img", reader: "checkFs", why: "cwd and root name folders of files.img"},
 	{name: "mm-N.img", why: "the task's memory map: its files' ids are not yet read"},
-	{name: "pagemap-N.img", why: "the task's memory"},
+	{name: "pagemap-N.img", reader: "checkPagemaps", why: "where the task's memory pages go: whole pages, in order"},
 	{name: "pagemap-shmem-N.img", why: "shared memory contents"},
 	{name: "pages-N.img", why: "memory contents"},
 	{name: "memfd.img", why: "memfd contents"},

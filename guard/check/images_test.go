@@ -16,6 +16,7 @@ import (
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fifo"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fown"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fsnotify"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 	sknetlink "github.com/checkpoint-restore/go-criu/v8/crit/images/sk-netlink"
 	skopts "github.com/checkpoint-restore/go-criu/v8/crit/images/sk-opts"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/tty"
@@ -32,7 +33,9 @@ func TestCheckRestorePrivilegesImageFiles(t *testing.T) {
 		err  string
 	}{
 		{name: "what a dump holds", add: func(t *testing.T, dir string) {
-			for _, n := range []string{"pages-1.img", "pagemap-1.img", "mm-1.img", "ghost-file-1a.img", "tcp-stream-3f2.img",
+			writeImage(t, dir, "pagemap-1.img", "PAGEMAP", &pagemap.PagemapHead{PagesId: proto.Uint32(1)},
+				&pagemap.PagemapEntry{Vaddr: proto.Uint64(0x400000), CompatNrPages: proto.Uint32(2)})
+			for _, n := range []string{"pages-1.img", "mm-1.img", "ghost-file-1a.img", "tcp-stream-3f2.img",
 				"tmpfs-dev-46.tar.gz.img", "stats-dump", "descriptors.json", "utsns-12.img", "ipcns-var-11.img", "timens-0.img"} {
 				must(t, os.WriteFile(filepath.Join(dir, n), nil, 0o600))
 			}

@@ -162,6 +162,12 @@ func Restore(dir *os.File, p *Process, config *configs.Config, lsmProfile string
 		return fmt.Errorf("refusing to restore: checkpoint image files.img: %w; "+
 			"checkpoint the container with its unix sockets connected among its own tasks", err)
 	}
+	if err := checkTree(tasks); err != nil {
+		return err
+	}
+	if err := checkPagemaps(dir, tasks); err != nil {
+		return err
+	}
 	if err := checkFdinfo(dir, tasks, files); err != nil {
 		return err
 	}

@@ -45,10 +45,14 @@ func checkFdinfo(dir *os.File, tasks []*pstree.PstreeEntry, files map[uint32]*fd
 		if err != nil {
 			return err
 		}
+		held := make(map[uint32]bool, len(fds))
 		for _, e := range fds {
 			fd := e.(*fdinfo.FdinfoEntry)
 			f := files[fd.GetId()]
 			switch {
+			case held[fd.GetFd()]:
+				// CRIU waits forever for the second of them.
+				return fmt.Errorf("refusing to restore: checkpoint image %s: fd %d is listed twice", name, fd.GetFd())
 			case fd.GetFd() >= maxFd:
 				return fmt.Errorf("refusing to restore: checkpoint image %s: fd %d is above %d", name, fd.GetFd(), maxFd-1)
 			case f == nil:
@@ -57,6 +61,7 @@ func checkFdinfo(dir *os.File, tasks []*pstree.PstreeEntry, files map[uint32]*fd
 				return fmt.Errorf("refusing to restore: checkpoint image %s: fd %d is of type %s, its file %d of files.img of type %s",
 					name, fd.GetFd(), fd.GetType(), fd.GetId(), f.GetType())
 			}
+			held[fd.GetFd()] = true
 		}
 	}
 	return nil

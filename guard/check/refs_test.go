@@ -10,6 +10,7 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
 	fsimg "github.com/checkpoint-restore/go-criu/v8/crit/images/fs"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
 	"google.golang.org/protobuf/proto"
 )
@@ -27,6 +28,7 @@ func TestCheckReferences(t *testing.T) {
 		{name: "a dump's references", fds: []*fdinfo.FdinfoEntry{fdOf(0, 1, fdinfo.FdTypes_PIPE), fdOf(3, 3, fdinfo.FdTypes_REG)}, fs: fsOf(2, 2)},
 		{name: "a descriptor of a file not in files.img", fds: []*fdinfo.FdinfoEntry{fdOf(4, 99, fdinfo.FdTypes_REG)}, err: "fdinfo-1.img: fd 4 names file 99, which files.img does not hold"},
 		{name: "a pipe's descriptor naming a regular file", fds: []*fdinfo.FdinfoEntry{fdOf(4, 3, fdinfo.FdTypes_PIPE)}, err: "fdinfo-1.img: fd 4 is of type PIPE, its file 3 of files.img of type REG"},
+		{name: "a descriptor listed twice", fds: []*fdinfo.FdinfoEntry{fdOf(4, 3, fdinfo.FdTypes_REG), fdOf(4, 3, fdinfo.FdTypes_REG)}, err: "fdinfo-1.img: fd 4 is listed twice"},
 		{name: "a descriptor beyond CRIU's reach", fds: []*fdinfo.FdinfoEntry{fdOf(1<<30, 3, fdinfo.FdTypes_REG)}, err: "fd 1073741824 is above 1048575"},
 		{name: "a root that is a pipe", fs: fsOf(2, 1), err: "fs-1.img: root_id 1 is no regular-file entry of files.img"},
 		{name: "a cwd not in files.img", fs: fsOf(77, 2), err: "fs-1.img: cwd_id 77 is no regular-file entry"},
@@ -70,4 +72,58 @@ func fdOf(fd, id uint32, kind fdinfo.FdTypes) *fdinfo.FdinfoEntry {
 
 func fsOf(cwd, root uint32) *fsimg.FsEntry {
 	return &fsimg.FsEntry{CwdId: proto.Uint32(cwd), RootId: proto.Uint32(root)}
+}
+
+// Seen as hangs of CRIU by the fuzzer (seeds 9288, 9429, 9112): each is
+// refused before CRIU starts.
+func TestCheckTreeAndPagemaps(t *testing.T) {
+	task := func(pid, ppid uint32) *pstree.PstreeEntry {
+		return &pstree.PstreeEntry{Pid: proto.Uint32(pid), Ppid: proto.Uint32(ppid), Pgid: proto.Uint32(1), Sid: proto.Uint32(1), Threads: []uint32{pid}}
+	}
+	for _, tc := range []struct {
+		name  string
+		tasks []*pstree.PstreeEntry
+		err   string
+	}{
+		{name: "a tree", tasks: []*pstree.PstreeEntry{task(1, 0), task(2, 1), task(3, 2)}},
+		{name: "a task its own parent", tasks: []*pstree.PstreeEntry{task(1, 0), task(2, 2)}, err: "task 2 is its own ancestor"},
+		{name: "a loop", tasks: []*pstree.PstreeEntry{task(1, 0), task(2, 3), task(3, 2)}, err: "is its own ancestor"},
+		{name: "a parent not listed", tasks: []*pstree.PstreeEntry{task(1, 0), task(2, 9)}, err: "task 2 has parent 9, which it does not list"},
+		{name: "a pid twice", tasks: []*pstree.PstreeEntry{task(1, 0), task(1, 0)}, err: "lists pid 1 twice"},
+		{name: "a root with a parent", tasks: []*pstree.PstreeEntry{task(1, 5)}, err: "the root task 1 has parent 5"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := checkTree(tc.tasks)
+			if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("got %v, want %q", err, tc.err)
+			}
+		})
+	}
+	entry := func(va uint64, n uint32) *pagemap.PagemapEntry {
+		return &pagemap.PagemapEntry{Vaddr: proto.Uint64(va), CompatNrPages: proto.Uint32(n)}
+	}
+	for _, tc := range []struct {
+		name    string
+		entries []*pagemap.PagemapEntry
+		err     string
+	}{
+		{name: "pages in order", entries: []*pagemap.PagemapEntry{entry(0x400000, 2), entry(0x600000, 1)}},
+		{name: "a byte off a page", entries: []*pagemap.PagemapEntry{entry(0x400001, 1)}, err: "pagemap-1.img: entry at 0x400001 is not on a page boundary"},
+		{name: "overlapping", entries: []*pagemap.PagemapEntry{entry(0x400000, 2), entry(0x401000, 1)}, err: "below the end of the one before it"},
+		{name: "no pages", entries: []*pagemap.PagemapEntry{entry(0x400000, 0)}, err: "has 0 pages"},
+		{name: "beyond the address space", entries: []*pagemap.PagemapEntry{entry(0xfffffffffffff000, 2)}, err: "has 2 pages"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := images(t, thread())
+			m := []proto.Message{&pagemap.PagemapHead{PagesId: proto.Uint32(1)}}
+			for _, e := range tc.entries {
+				m = append(m, e)
+			}
+			writeImage(t, dir.Name(), "pagemap-1.img", "PAGEMAP", m...)
+			err := checkPagemaps(dir, []*pstree.PstreeEntry{task(1, 0)})
+			if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("got %v, want %q", err, tc.err)
+			}
+		})
+	}
 }

@@ -1,0 +1,96 @@
+// Copyright The Rekindle Authors.
+// Licensed under the Apache License, Version 2.0
+// (http://www.apache.org/licenses/LICENSE-2.0).
+
+package check
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
+	"google.golang.org/protobuf/proto"
+)
+
+// checkTree refuses a pstree.img that is no tree: CRIU forks each task
+// from its parent and waits for the tree to be complete, so a task that is
+// its own ancestor, or a parent that is not listed, hangs the restore.
+func checkTree(tasks []*pstree.PstreeEntry) error {
+	parent := make(map[uint32]uint32, len(tasks))
+	for i, t := range tasks {
+		if _, ok := parent[t.GetPid()]; ok {
+			return fmt.Errorf("refusing to restore: checkpoint image pstree.img lists pid %d twice", t.GetPid())
+		}
+		if i == 0 && t.GetPpid() != 0 {
+			return fmt.Errorf("refusing to restore: checkpoint image pstree.img: the root task %d has parent %d, not 0", t.GetPid(), t.GetPpid())
+		}
+		parent[t.GetPid()] = t.GetPpid()
+	}
+	for _, t := range tasks[1:] {
+		p := t.GetPpid()
+		for range tasks {
+			if p == t.GetPid() {
+				return fmt.Errorf("refusing to restore: checkpoint image pstree.img: task %d is its own ancestor", t.GetPid())
+			}
+			pp, ok := parent[p]
+			if !ok {
+				return fmt.Errorf("refusing to restore: checkpoint image pstree.img: task %d has parent %d, which it does not list", t.GetPid(), p)
+			}
+			if pp == 0 {
+				break
+			}
+			p = pp
+		}
+	}
+	return nil
+}
+
+// checkPagemaps refuses a task memory map that is not whole pages in
+// ascending order: CRIU maps and fills each entry's pages where it says,
+// and one a byte off a page boundary hangs the restore.
+func checkPagemaps(dir *os.File, tasks []*pstree.PstreeEntry) error {
+	page := uint64(os.Getpagesize())
+	for _, t := range tasks {
+		name := fmt.Sprintf("pagemap-%d.img", t.GetPid())
+		b, err := readImageBytes(dir, name)
+		if errors.Is(err, os.ErrNotExist) {
+			continue // a zombie, or no memory dumped
+		}
+		if err != nil {
+			return err
+		}
+		var end uint64
+		first := true
+		err = walkImage(b, name, "PAGEMAP", func(p []byte) (int, error) {
+			if first { // pagemap_head: the pages image's id
+				first = false
+				return 0, proto.Unmarshal(p, &pagemap.PagemapHead{})
+			}
+			var e pagemap.PagemapEntry
+			if err := proto.Unmarshal(p, &e); err != nil {
+				return 0, err
+			}
+			n := e.GetNrPages()
+			if n == 0 {
+				n = uint64(e.GetCompatNrPages())
+			}
+			va := e.GetVaddr()
+			switch {
+			case va%page != 0:
+				return 0, fmt.Errorf("entry at %#x is not on a page boundary", va)
+			case n == 0 || n > (^uint64(0)-va)/page:
+				return 0, fmt.Errorf("entry at %#x has %d pages", va, n)
+			case va < end:
+				return 0, fmt.Errorf("entry at %#x is below the end of the one before it, %#x", va, end)
+			}
+			end = va + n*page
+			return 0, nil
+		})
+		if err != nil {
+			return fmt.Errorf("refusing to restore: %w", err) // walkImage names the image
+		}
+	}
+	return nil
+}
