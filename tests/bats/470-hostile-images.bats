@@ -528,6 +528,63 @@ resident() { fincore --raw --noheadings --output PAGES "$1"; }
 	canaries_intact
 }
 
+@test "nerdctl run: a checkpoint image whose descriptors.json names CRIU's RPC socket for a file restores with the file, runc's socket nowhere" {
+	local port image=rekindle.local/ckpt:hostile-descriptors dir=$BATS_TEST_TMPDIR/x pid
+	port=$(free_port)
+	start_engine src "$port"
+	ocicp create -q --output "oci-archive:$BATS_TEST_TMPDIR/good.tar" src rekindle.local/ckpt:good
+	run_nerdctl rm -f src
+
+	# The checkpoint layer as it would come from a registry: the root task
+	# holds a regular file "/pipe:[777]" (in the rootfs diff) at fd 50, and
+	# descriptors.json names that key at index 3, CRIU's RPC socket.
+	mkdir -p "$dir/img"
+	oci_python - "$BATS_TEST_TMPDIR/good.tar" "$dir/img" <<-'PY' || die "extracting the checkpoint's images"
+		import io, os, sys, tarfile
+		import oci_tar
+		index, a = oci_tar.read(sys.argv[1])
+		man = a.get_json(index["manifests"][0]["digest"])
+		layer = tarfile.open(fileobj=io.BytesIO(a.get(man["layers"][0]["digest"])))
+		for m in layer.getmembers():
+		    n = m.name.split("/")[-1]
+		    if m.isfile() and m.name.startswith("checkpoint/") and not n.startswith("pages-"):
+		        open(os.path.join(sys.argv[2], n), "wb").write(layer.extractfile(m).read())
+	PY
+	cp -a "$dir/img" "$dir/orig"
+	root_file "$dir/img" '/pipe:[777]' 50
+	jq -c '. + ["pipe:[777]"]' "$dir/img/descriptors.json" >"$dir/j" && mv "$dir/j" "$dir/img/descriptors.json"
+	oci_python - "$BATS_TEST_TMPDIR/good.tar" "$dir" "$dir/hostile.tar" "$image" <<-'PY' || die "writing the crafted image"
+		import filecmp, io, os, sys, tarfile
+		import oci_tar
+		src, d, dst, name = sys.argv[1:5]
+		def edit(n, data):
+		    base = n.split("/")[-1]
+		    if n.startswith("checkpoint/") and os.path.exists(os.path.join(d, "img", base)) and \
+		            not filecmp.cmp(os.path.join(d, "img", base), os.path.join(d, "orig", base), shallow=False):
+		        return open(os.path.join(d, "img", base), "rb").read()
+		    if n == "rootfs-diff.tar":
+		        old = tarfile.open(fileobj=io.BytesIO(data))
+		        out = io.BytesIO()
+		        with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as t:
+		            for m in old.getmembers():
+		                t.addfile(m, old.extractfile(m) if m.isfile() else None)
+		            t.addfile(tarfile.TarInfo("pipe:[777]"), io.BytesIO(b""))
+		        return out.getvalue()
+		    return data
+		oci_tar.edit_layer(src, dst, name, edit)
+	PY
+	run_nerdctl load -i "$dir/hostile.tar"
+
+	port=$(free_port)
+	run_cmd '?' timeout -k 5 180 "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" run -d --name h1 -p "127.0.0.1:$port:30000" "$image"
+	is "$status" 0 "nerdctl run's exit status (124 or 137: it hung, the task holding runc's socket)"
+	wait_healthy "$port"
+	run_nerdctl inspect -f '{{.State.Pid}}' h1
+	pid=$output
+	is "$(readlink "/proc/$pid/fd/50")" "/pipe:[777]" "the restored engine's fd 50, the file of the images"
+	! pgrep -f "runc.*restore.*h1" >/dev/null || die "runc's restore is still running"
+}
+
 @test "nerdctl run: a checkpoint image whose compressed pages image claims less than a frame holds is refused before CRIU, naming the file and frame" {
 	local port image=rekindle.local/ckpt:hostile-pages dir=$BATS_TEST_TMPDIR/x
 	port=$(free_port)
