@@ -43,7 +43,7 @@ var imageFiles = []imageFile{
 	{name: "files.img", reader: "checkFiles", why: "file kinds, names, privileges"},
 	{name: "fdinfo-N.img", reader: "checkFdinfo", why: "each descriptor names a file of files.img of its own kind"},
 	{name: "fs-N.img", reader: "checkFs", why: "cwd and root name folders of files.img"},
-	{name: "mm-N.img", why: "the task's memory map: its files' ids are not yet read"},
+	{name: "mm-N.img", reader: "checkMm", why: "the executable a regular file of files.img, areas whole pages in order (the areas' files not yet compared)"},
 	{name: "pagemap-N.img", reader: "checkPagemaps", why: "where the task's memory pages go: whole pages, in order"},
 	{name: "pagemap-shmem-N.img", why: "shared memory contents"},
 	{name: "pages-N.img", why: "memory contents"},

@@ -35,7 +35,9 @@ func TestCheckRestorePrivilegesImageFiles(t *testing.T) {
 		{name: "what a dump holds", add: func(t *testing.T, dir string) {
 			writeImage(t, dir, "pagemap-1.img", "PAGEMAP", &pagemap.PagemapHead{PagesId: proto.Uint32(1)},
 				&pagemap.PagemapEntry{Vaddr: proto.Uint64(0x400000), CompatNrPages: proto.Uint32(2)})
-			for _, n := range []string{"pages-1.img", "mm-1.img", "ghost-file-1a.img", "tcp-stream-3f2.img",
+			writeImage(t, dir, "files.img", "FILES", regEntry(1, "/bin/engine"))
+			writeImage(t, dir, "mm-1.img", "MM", mmOf(1, [2]uint64{0x400000, 0x402000}))
+			for _, n := range []string{"pages-1.img", "ghost-file-1a.img", "tcp-stream-3f2.img",
 				"tmpfs-dev-46.tar.gz.img", "stats-dump", "descriptors.json", "utsns-12.img", "ipcns-var-11.img", "timens-0.img"} {
 				must(t, os.WriteFile(filepath.Join(dir, n), nil, 0o600))
 			}

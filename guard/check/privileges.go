@@ -168,6 +168,9 @@ func Restore(dir *os.File, p *Process, config *configs.Config, lsmProfile string
 	if err := checkPagemaps(dir, tasks); err != nil {
 		return err
 	}
+	if err := checkMm(dir, tasks, files); err != nil {
+		return err
+	}
 	if err := checkFdinfo(dir, tasks, files); err != nil {
 		return err
 	}

@@ -10,8 +10,10 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
 	fsimg "github.com/checkpoint-restore/go-criu/v8/crit/images/fs"
+	mmimg "github.com/checkpoint-restore/go-criu/v8/crit/images/mm"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/vma"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -121,6 +123,45 @@ func TestCheckTreeAndPagemaps(t *testing.T) {
 			}
 			writeImage(t, dir.Name(), "pagemap-1.img", "PAGEMAP", m...)
 			err := checkPagemaps(dir, []*pstree.PstreeEntry{task(1, 0)})
+			if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
+				t.Fatalf("got %v, want %q", err, tc.err)
+			}
+		})
+	}
+}
+
+func mmOf(exe uint32, vmas ...[2]uint64) *mmimg.MmEntry {
+	z := proto.Uint64(0)
+	mm := &mmimg.MmEntry{MmStartCode: z, MmEndCode: z, MmStartData: z, MmEndData: z, MmStartStack: z, MmStartBrk: z,
+		MmBrk: z, MmArgStart: z, MmArgEnd: z, MmEnvStart: z, MmEnvEnd: z, ExeFileId: proto.Uint32(exe)}
+	for _, v := range vmas {
+		mm.Vmas = append(mm.Vmas, &vma.VmaEntry{Start: proto.Uint64(v[0]), End: proto.Uint64(v[1]), Pgoff: z, Shmid: z,
+			Prot: proto.Uint32(1), Flags: proto.Uint32(2), Status: proto.Uint32(1), Fd: proto.Int64(-1)})
+	}
+	return mm
+}
+
+func TestCheckMm(t *testing.T) {
+	files := []*fdinfo.FileEntry{pipeFile(1, 501), regEntry(2, "/bin/engine")}
+	for _, tc := range []struct {
+		name string
+		mm   *mmimg.MmEntry
+		err  string
+	}{
+		{name: "a dump's map", mm: mmOf(2, [2]uint64{0x400000, 0x402000}, [2]uint64{0x600000, 0x601000})},
+		{name: "an executable that is a pipe", mm: mmOf(1), err: "mm-1.img: exe_file_id 1 is no regular-file entry of files.img"},
+		{name: "an executable not in files.img", mm: mmOf(9), err: "exe_file_id 9 is no regular-file entry"},
+		{name: "an area off a page", mm: mmOf(2, [2]uint64{0x400010, 0x402000}), err: "vma 0 [0x400010, 0x402000) is not whole pages"},
+		{name: "areas out of order", mm: mmOf(2, [2]uint64{0x600000, 0x601000}, [2]uint64{0x400000, 0x402000}), err: "vma 1 [0x400000, 0x402000)"},
+		{name: "an empty area", mm: mmOf(2, [2]uint64{0x400000, 0x400000}), err: "vma 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := images(t, thread())
+			taskFds(t, dir.Name(), files, nil)
+			writeImage(t, dir.Name(), "mm-1.img", "MM", tc.mm)
+			byID, err := filesByID(dir)
+			must(t, err)
+			err = checkMm(dir, []*pstree.PstreeEntry{{Pid: proto.Uint32(1)}}, byID)
 			if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
 				t.Fatalf("got %v, want %q", err, tc.err)
 			}

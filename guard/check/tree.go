@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
+	mmimg "github.com/checkpoint-restore/go-criu/v8/crit/images/mm"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
 	"google.golang.org/protobuf/proto"
@@ -90,6 +92,40 @@ func checkPagemaps(dir *os.File, tasks []*pstree.PstreeEntry) error {
 		})
 		if err != nil {
 			return fmt.Errorf("refusing to restore: %w", err) // walkImage names the image
+		}
+	}
+	return nil
+}
+
+// checkMm refuses a task memory map whose executable is not a regular
+// file of files.img, or whose areas are not whole pages in ascending
+// order: CRIU sets /proc/PID/exe to the one and maps the others where
+// they say.
+func checkMm(dir *os.File, tasks []*pstree.PstreeEntry, files map[uint32]*fdinfo.FileEntry) error {
+	page := uint64(os.Getpagesize())
+	for _, t := range tasks {
+		name := fmt.Sprintf("mm-%d.img", t.GetPid())
+		entries, err := readImage(dir, name, "MM", &mmimg.MmEntry{})
+		if errors.Is(err, os.ErrNotExist) {
+			continue // a zombie
+		}
+		if err != nil {
+			return err
+		}
+		if len(entries) != 1 {
+			return fmt.Errorf("refusing to restore: checkpoint image %s holds %d entries, not one", name, len(entries))
+		}
+		mm := entries[0].(*mmimg.MmEntry)
+		if f := files[mm.GetExeFileId()]; f == nil || f.GetType() != fdinfo.FdTypes_REG {
+			return fmt.Errorf("refusing to restore: checkpoint image %s: exe_file_id %d is no regular-file entry of files.img", name, mm.GetExeFileId())
+		}
+		var end uint64
+		for i, v := range mm.GetVmas() {
+			s, e := v.GetStart(), v.GetEnd()
+			if s%page != 0 || e%page != 0 || s >= e || s < end {
+				return fmt.Errorf("refusing to restore: checkpoint image %s: vma %d [%#x, %#x) is not whole pages above the one before it", name, i, s, e)
+			}
+			end = e
 		}
 	}
 	return nil
