@@ -118,15 +118,7 @@ func TestCheckCgroups(t *testing.T) {
 			}
 			writeImage(t, dir.Name(), "cgroup.img", "CGROUP", img)
 			err := checkCgroups(dir, []*pstree.PstreeEntry{tree})
-			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("want an error with %q, got %v", tc.err, err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }

@@ -215,15 +215,7 @@ func TestCheckRestorePrivilegesRootfsKinds(t *testing.T) {
 			must(t, os.Mkdir(filepath.Join(config.Rootfs, "bin"), 0o755))
 			must(t, unix.Mkfifo(filepath.Join(config.Rootfs, "bin", "busybox"), 0o644))
 			err := Restore(dir, &Process{}, config, "")
-			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("want an error with %q, got %v", tc.err, err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }

@@ -129,15 +129,7 @@ func TestCheckInheritKeys(t *testing.T) {
 			dir := images(t, thread())
 			taskFds(t, dir.Name(), []*fdinfo.FileEntry{pipeFile(1, 501), tc.file}, map[uint32]uint32{0: 1, 50: 2})
 			err := CheckInheritKeys(dir, keys)
-			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("want an error with %q, got %v", tc.err, err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }

@@ -179,15 +179,7 @@ func TestCheckTaskLoginuid(t *testing.T) {
 				task.Loginuid = proto.Uint32(tc.image)
 			}
 			err = g.checkTask(images(t, thread()), 1, task)
-			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("want an error with %q, got %v", tc.err, err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }

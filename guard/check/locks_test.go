@@ -65,15 +65,7 @@ func TestCheckFileLocks(t *testing.T) {
 			must(t, err)
 			tasks := []*pstree.PstreeEntry{{Pid: proto.Uint32(1)}}
 			err = g.checkFileLocks(dir, tasks, byID)
-			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("want an error with %q, got %v", tc.err, err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }

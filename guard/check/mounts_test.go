@@ -246,16 +246,8 @@ func TestCheckMounts(t *testing.T) {
 				tc.config(config)
 			}
 			err := checkMounts(dir, 1, config)
-			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("want an error with %q, got %v", tc.err, err)
-			}
-			if !strings.Contains(err.Error(), "checkpoint image mountpoints-204.img") {
+			wantErr(t, err, tc.err)
+			if err != nil && !strings.Contains(err.Error(), "checkpoint image mountpoints-204.img") {
 				t.Fatalf("the error does not name the image: %v", err)
 			}
 		})

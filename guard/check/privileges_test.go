@@ -371,15 +371,7 @@ func TestCheckRestorePrivilegesThreadsSyncedFromTheLeader(t *testing.T) {
 			config := defaultConfig()
 			config.Seccomp = profile
 			err = Restore(f, &Process{SeccompProgram: compile}, config, "")
-			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("want an error with %q, got %v", tc.err, err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }
@@ -435,15 +427,7 @@ func TestCheckRestorePrivilegesNamespaces(t *testing.T) {
 			config := defaultConfig()
 			config.Namespaces = tc.ns
 			err := Restore(dir, &Process{}, config, "")
-			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("want an error with %q, got %v", tc.err, err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }
@@ -582,5 +566,17 @@ func TestCheckRestorePrivilegesNonRoot(t *testing.T) {
 				t.Fatalf("want an error with %q, got %v", tc.err, err)
 			}
 		})
+	}
+}
+
+// wantErr fails the test unless err is nil where want is empty, or holds
+// want.
+func wantErr(t *testing.T, err error, want string) {
+	t.Helper()
+	switch {
+	case want == "" && err != nil:
+		t.Fatalf("refused: %v", err)
+	case want != "" && (err == nil || !strings.Contains(err.Error(), want)):
+		t.Fatalf("want an error with %q, got %v", want, err)
 	}
 }

@@ -5,7 +5,6 @@
 package check
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
@@ -55,15 +54,7 @@ func TestCheckReferences(t *testing.T) {
 			if err == nil {
 				err = checkFs(dir, tasks, byID)
 			}
-			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("want an error with %q, got %v", tc.err, err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }
@@ -96,9 +87,7 @@ func TestCheckTreeAndPagemaps(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := checkTree(tc.tasks)
-			if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
-				t.Fatalf("got %v, want %q", err, tc.err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 	entry := func(va uint64, n uint32) *pagemap.PagemapEntry {
@@ -123,9 +112,7 @@ func TestCheckTreeAndPagemaps(t *testing.T) {
 			}
 			writeImage(t, dir.Name(), "pagemap-1.img", "PAGEMAP", m...)
 			err := checkPagemaps(dir, []*pstree.PstreeEntry{task(1, 0)})
-			if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
-				t.Fatalf("got %v, want %q", err, tc.err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }
@@ -162,9 +149,7 @@ func TestCheckMm(t *testing.T) {
 			byID, err := filesByID(dir)
 			must(t, err)
 			err = checkMm(dir, []*pstree.PstreeEntry{{Pid: proto.Uint32(1)}}, byID)
-			if (tc.err == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.err)) {
-				t.Fatalf("got %v, want %q", err, tc.err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }

@@ -296,15 +296,7 @@ func TestCheckRestorePrivilegesWritableBinds(t *testing.T) {
 			cr.CapPrm, cr.CapEff = []uint32{0, 0}, []uint32{0, 0}
 			writeImage(t, dir.Name(), "core-1.img", "CORE", core)
 			err := Restore(dir, &Process{UID: 1000, GID: 1000}, config, "")
-			if tc.err == "" {
-				if err != nil {
-					t.Fatalf("refused: %v", err)
-				}
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.err) {
-				t.Fatalf("want an error with %q, got %v", tc.err, err)
-			}
+			wantErr(t, err, tc.err)
 		})
 	}
 }
