@@ -83,7 +83,7 @@ var imageFiles = []imageFile{
 	{name: "nftables-N.img", reader: "checkNetfilter", why: "netfilter rules"},
 	{name: "stats-dump", why: "CRIU's statistics, not restored"},
 	{name: "stats-restore", why: "CRIU's statistics, written by the restore"},
-	{name: "descriptors.json", shownBy: "TestStdioInherits", why: "runc's list of the dumped stdio, no longer read on restore"},
+	{name: "descriptors.json", shownBy: "TestInherits", why: "runc's list of the dumped stdio, no longer read on restore"},
 	{name: "dump.log", why: "a log, not restored"},
 	{name: "restore.log", why: "a log, written by the restore"},
 }

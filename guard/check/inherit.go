@@ -18,14 +18,20 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// StdioInherits returns the descriptors runc hands CRIU for a restore's
-// stdio: CRIU's fds 0, 1 and 2 are the new process's stdio, and each takes
-// the place of the pipe the root task held at the same fd when it was
-// dumped, keyed as CRIU names that pipe ("pipe:[ID]"). Nothing else of the
-// images chooses a descriptor: runc's own descriptors.json did, and an
-// entry at index 3 handed CRIU's end of runc's RPC socket to the restored
-// task.
-func StdioInherits(dir *os.File) ([]*criurpc.InheritFd, error) {
+// Inherits returns the descriptors runc hands CRIU for a restore's stdio,
+// to go beside others (the namespaces the config joins): CRIU's fds 0, 1
+// and 2 are the new process's stdio, and each takes the place of the pipe
+// the root task held at the same fd when it was dumped, keyed as CRIU
+// names that pipe ("pipe:[ID]"). Nothing else of the images chooses a
+// descriptor: runc's own descriptors.json did, and an entry at index 3
+// handed CRIU's end of runc's RPC socket to the restored task.
+//
+// It refuses images in which a regular file is named as any of the keys:
+// CRIU hands an inherited descriptor to any file whose name equals the
+// key, and a regular file's name is its path without the leading "/", so
+// a files.img entry "/pipe:[ID]" or "/extRootNetNS" would get the stdio
+// pipe or the network namespace in place of a file.
+func Inherits(dir *os.File, others []*criurpc.InheritFd) ([]*criurpc.InheritFd, error) {
 	root, err := rootTask(dir)
 	if err != nil {
 		return nil, err
@@ -43,52 +49,35 @@ func StdioInherits(dir *os.File) ([]*criurpc.InheritFd, error) {
 	if err != nil {
 		return nil, err
 	}
-	var inherit []*criurpc.InheritFd
+	var stdio []*criurpc.InheritFd
 	for _, e := range fds {
 		fd := e.(*fdinfo.FdinfoEntry)
-		if fd.GetFd() > 2 {
-			continue
-		}
 		f := files[fd.GetId()]
-		if f == nil || f.GetType() != fdinfo.FdTypes_PIPE || fd.GetType() != fdinfo.FdTypes_PIPE {
+		if fd.GetFd() > 2 || f.GetType() != fdinfo.FdTypes_PIPE || fd.GetType() != fdinfo.FdTypes_PIPE {
 			continue
 		}
 		if f.GetPipe() == nil {
 			return nil, fmt.Errorf("refusing to restore: checkpoint image files.img: file %d of type PIPE has no pipe", f.GetId())
 		}
-		inherit = append(inherit, &criurpc.InheritFd{
+		stdio = append(stdio, &criurpc.InheritFd{
 			Key: proto.String(fmt.Sprintf("pipe:[%d]", f.GetPipe().GetPipeId())),
 			Fd:  proto.Int32(int32(fd.GetFd())),
 		})
 	}
-	return inherit, nil
-}
-
-// CheckInheritKeys refuses images in which a file that is not what an
-// inherit key names would take that key's descriptor: CRIU hands an
-// inherited descriptor to any file whose name equals the key, and a
-// regular file's name is its path without the leading "/". So a files.img
-// entry "/pipe:[ID]" or "/extRootNetNS" would get the stdio pipe or the
-// network namespace runc passes, in place of a file.
-func CheckInheritKeys(dir *os.File, inherit []*criurpc.InheritFd) error {
-	keys := make(map[string]bool, len(inherit))
-	for _, i := range inherit {
+	keys := make(map[string]bool)
+	for _, i := range append(slices.Clone(others), stdio...) {
 		keys[i.GetKey()] = true
-	}
-	files, err := filesByID(dir)
-	if err != nil {
-		return err
 	}
 	// A FIFO is opened by the name of a REG entry of its own.
 	for _, id := range slices.Sorted(maps.Keys(files)) {
 		name := files[id].GetReg().GetName()
 		if files[id].GetType() == fdinfo.FdTypes_REG && keys[strings.TrimPrefix(name, "/")] {
-			return fmt.Errorf("refusing to restore: checkpoint image files.img: file %d (a regular file) is named %q, "+
+			return nil, fmt.Errorf("refusing to restore: checkpoint image files.img: file %d (a regular file) is named %q, "+
 				"the key of a descriptor runc hands CRIU, which would give it that descriptor; checkpoint the container again",
 				id, name)
 		}
 	}
-	return nil
+	return stdio, nil
 }
 
 // rootTask is the pid of the first task pstree.img lists: CRIU restores

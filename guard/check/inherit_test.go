@@ -57,7 +57,7 @@ func taskFds(t *testing.T, dir string, files []*fdinfo.FileEntry, at map[uint32]
 	writeImage(t, dir, "files.img", "FILES", entries...)
 }
 
-func TestStdioInherits(t *testing.T) {
+func TestInherits(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
 		files []*fdinfo.FileEntry
@@ -89,7 +89,7 @@ func TestStdioInherits(t *testing.T) {
 			taskFds(t, dir.Name(), tc.files, tc.at)
 			// A descriptors.json that names other keys and fds is not read.
 			must(t, os.WriteFile(dir.Name()+"/descriptors.json", []byte(`["pipe:[1]","pipe:[2]","pipe:[3]","pipe:[4]"]`), 0o600))
-			got, err := StdioInherits(dir)
+			got, err := Inherits(dir, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -110,11 +110,9 @@ func inheritString(in []*criurpc.InheritFd) string {
 
 // The attack runc's descriptors.json allowed, and its kin: a regular file
 // named as an inherit key would take that key's descriptor.
-func TestCheckInheritKeys(t *testing.T) {
-	keys := []*criurpc.InheritFd{
-		{Key: proto.String("pipe:[501]"), Fd: proto.Int32(0)},
-		{Key: proto.String("extRootNetNS"), Fd: proto.Int32(4)},
-	}
+func TestInheritsRefusesAFileNamedAsAKey(t *testing.T) {
+	// The stdio pipe's key is Inherits' own; the namespace's runc's.
+	keys := []*criurpc.InheritFd{{Key: proto.String("extRootNetNS"), Fd: proto.Int32(4)}}
 	for _, tc := range []struct {
 		name string
 		file *fdinfo.FileEntry
@@ -128,7 +126,7 @@ func TestCheckInheritKeys(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := images(t, thread())
 			taskFds(t, dir.Name(), []*fdinfo.FileEntry{pipeFile(1, 501), tc.file}, map[uint32]uint32{0: 1, 50: 2})
-			err := CheckInheritKeys(dir, keys)
+			_, err := Inherits(dir, keys)
 			wantErr(t, err, tc.err)
 		})
 	}
