@@ -268,3 +268,30 @@ no_holds() {
 	run "$BIN/runc" --root "$RK_DIR/runc/k8s.io" list -q
 	! grep -q "$CTR" <<<"$output" || die "runc still lists the refused container: $output"
 }
+
+@test "crictl: a checkpoint image with a regular file named as the key of the stdio pipe runc inherits is refused at start, as through runc restore, and nothing is left (guard/check/inherit.go)" {
+	local port image=rekindle.local/ckpt:cri-key err=$BATS_TEST_TMPDIR/start.err d=$BATS_TEST_TMPDIR/ck key
+	port=$(free_port)
+	run_engine_pod ksrc "$ENGINE_IMAGE" "$port"
+	wait_healthy "$port"
+	cri_do checkpoint --export="$BATS_TEST_TMPDIR/ck.tar" "$CTR"
+	cri_do rmp --force "$POD"
+	# The root task holds, at fd 50, a regular file named as the pipe its
+	# stdout was: CRIU would hand it the new container's stdout.
+	mkdir -p "$d" && tar -xf "$BATS_TEST_TMPDIR/ck.tar" -C "$d" || die "cannot unpack the checkpoint"
+	key=$(jq -r '[.[] | select(startswith("pipe:"))][0]' "$d/checkpoint/descriptors.json")
+	[ "$key" != null ] || die "the checkpoint's stdio holds no pipe: $(cat "$d/checkpoint/descriptors.json")"
+	root_file "$d/checkpoint" "/$key" 50
+	tar -cf "$BATS_TEST_TMPDIR/hostile.tar" -C "$d" . || die "cannot pack the checkpoint"
+	checkpoint_image "$BATS_TEST_TMPDIR/hostile.tar" "$image" engine "$BATS_TEST_TMPDIR/image.tar"
+	k8s_ctr images import "$BATS_TEST_TMPDIR/image.tar" >/dev/null 2>&1 || die "cannot import $image"
+
+	create_from_image k1 "$image" "$port"
+	! cri start "$CTR" 2>"$err" || die "a restore of an image with a file named as the stdio's key started"
+	grep -q "refusing to restore: checkpoint image files.img: file 9999 (a regular file) is named" "$err" ||
+		die "the error does not name the file: $(cat "$err")"
+	[ "$(cri inspect "$CTR" | jq -r .status.state)" != CONTAINER_RUNNING ] || die "the refused container runs"
+	! curl -sf "http://127.0.0.1:$port/health" >/dev/null || die "an engine answers on port $port"
+	run "$BIN/runc" --root "$RK_DIR/runc/k8s.io" list -q
+	! grep -q "$CTR" <<<"$output" || die "runc still lists the refused container: $output"
+}

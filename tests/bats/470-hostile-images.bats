@@ -336,23 +336,6 @@ restore_to() {
 	echo "restore of $name: exit $status: $output" >&2
 }
 
-# root_file IMG NAME FD: add to IMG a regular file NAME of the rootfs that
-# the root task holds at FD.
-root_file() {
-	local img=$1 name=$2 fd=$3 files
-	files=$(python3 -c 'import json, subprocess, sys
-tree = json.loads(subprocess.check_output([sys.argv[1], "decode", "-i", sys.argv[2] + "/pstree.img"]))
-ids = json.loads(subprocess.check_output([sys.argv[1], "decode", "-i", "%s/ids-%d.img" % (sys.argv[2], tree["entries"][0]["pid"])]))
-print(ids["entries"][0]["files_id"])' "$BIN/crit" "$img") || die "reading the root task's files id"
-	craft "$img/files.img" "
-root = min(e['reg']['mnt_id'] for e in d['entries'] if e.get('reg', {}).get('name') == '/')
-own = {'uid': 0, 'euid': 0, 'signum': 0, 'pid_type': 0, 'pid': 0}
-d['entries'].append({'type': 'REG', 'id': 9999, 'reg': {'id': 9999, 'flags': 2, 'pos': '0', 'fown': own,
-	'name': '$name', 'mnt_id': root, 'mode': 0o100644}})
-"
-	craft "$img/fdinfo-$files.img" "d['entries'].append({'id': 9999, 'flags': 0, 'type': 'REG', 'fd': $fd})"
-}
-
 # The attack on runc's own control channel: descriptors.json, runc's list of
 # the task's stdio, chose the descriptors CRIU hands the restored tasks;
 # index 3 is CRIU's end of runc's RPC socket. Today's runc takes the stdio
