@@ -99,6 +99,14 @@ func writeNamespaces(t *testing.T, dir string, same ...string) {
 			task.MntNsId = root.MntNsId
 		case "cgroup":
 			task.CgroupNsId = root.CgroupNsId
+		case "net":
+			task.NetNsId = root.NetNsId
+		case "ipc":
+			task.IpcNsId = root.IpcNsId
+		case "uts":
+			task.UtsNsId = root.UtsNsId
+		case "time":
+			task.TimeNsId = root.TimeNsId
 		case "own user":
 			task.UserNsId = proto.Uint32(*root.UserNsId + 1)
 		}
@@ -420,6 +428,12 @@ func TestCheckRestorePrivilegesNamespaces(t *testing.T) {
 		{name: "a user namespace of the images' own", same: []string{"own user"}, ns: configs.Namespaces{{Type: configs.NEWPID}}, err: "ids-1.img gives task 1 a user namespace of its own (user_ns_id 6, root_ids 5)"},
 		{name: "a new cgroup namespace", ns: configs.Namespaces{{Type: configs.NEWCGROUP}}},
 		{name: "the host's cgroup namespace", same: []string{"cgroup"}, ns: configs.Namespaces{{Type: configs.NEWCGROUP}}, err: "host's NEWCGROUP namespace"},
+		// CRIU restores utsns-N.img, ipcns-*-N.img, timens-N.img and the
+		// network images into these: only ever new ones.
+		{name: "the host's network namespace", same: []string{"net"}, ns: configs.Namespaces{{Type: configs.NEWNET}}, err: "host's NEWNET namespace"},
+		{name: "the host's IPC namespace", same: []string{"ipc"}, ns: configs.Namespaces{{Type: configs.NEWIPC}}, err: "host's NEWIPC namespace"},
+		{name: "the host's UTS namespace", same: []string{"uts"}, ns: configs.Namespaces{{Type: configs.NEWUTS}}, err: "host's NEWUTS namespace"},
+		{name: "the host's time namespace", same: []string{"time"}, ns: configs.Namespaces{{Type: configs.NEWTIME}}, err: "host's NEWTIME namespace"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := images(t, thread())

@@ -21,9 +21,7 @@ import (
 var unread = []string{
 	"pagemap-shmem-N.img", "pages-N.img", "memfd.img",
 	"signal-p-N.img", "signal-s-N.img", "pipes-data.img", "fifo-data.img", "tcp-stream-N.img",
-	"tty-data.img", "bpfmap-data.img", "utsns-N.img", "ipcns-var-N.img", "ipcns-shm-N.img",
-	"ipcns-msg-N.img", "ipcns-sem-N.img", "timens-N.img", "pidns-N.img", "netns-N.img",
-	"ifaddr-N.img", "route-N.img", "route6-N.img", "rule-N.img", "stats-dump", "stats-restore",
+	"tty-data.img", "bpfmap-data.img", "stats-dump", "stats-restore",
 	"dump.log", "restore.log",
 }
 
