@@ -493,7 +493,7 @@ no_erofs_mounts() {
 	no_container tdst2 || die "a container was left behind"
 }
 
-@test "an established TCP connection fails the dump: CRIU's log is kept, the engine resumes" {
+@test "an established TCP connection fails the dump: the error quotes CRIU's cause, the log is kept until a dump succeeds, the engine resumes" {
 	local port image=rekindle.local/ckpt:tcp
 	port=$(free_port)
 	start_engine tcpsrc "$port"
@@ -503,14 +503,22 @@ no_erofs_mounts() {
 	sleep 1
 	ocicp 1 create tcpsrc "$image"
 	[[ $output == *"dump: "* ]] || die "the error does not name the dump"
+	[[ $output == *"CRIU: inet: Connected TCP socket, consider using --tcp-established option. (criu/sk-inet.c:"* ]] ||
+		die "the error does not quote CRIU's line naming the connected socket"
+	[[ $output != *"RLIMIT_NOFILE"* ]] || die "the error quotes the RLIMIT_NOFILE line CRIU goes on from"
 	[[ $output == *"the engine was resumed and is running"* ]] || die "the error does not say the engine runs"
 	local log
-	log=$(grep -o '/[^ ]*oci-checkpoint-dump-[^ ]*\.log' <<<"$output" | head -1)
+	log=$(grep -o "/[^ ]*oci-checkpoint-dump-tcpsrc-[0-9]*\.log" <<<"$output" | head -1)
 	[ -f "$log" ] || die "CRIU's dump.log was not kept (output: $output)"
 	grep -qi "tcp" "$log" || die "CRIU's log does not mention the TCP connection: $(grep Error "$log")"
-	rm -f "$log"
 	is "$(state_of "$port" loaded)" "true" "weights reloaded after the failed dump"
 	run_nerdctl 1 image inspect "$image"
+	run_nerdctl rm -f tcpsrc
+
+	# The container's next dump succeeds: its failed dumps' logs go.
+	start_engine tcpsrc "$port"
+	ocicp create tcpsrc "$image"
+	[ ! -e "$log" ] || { rm -f "$log"; die "the failed dump's log $log stayed after a dump that succeeded"; }
 	run_nerdctl rm -f tcpsrc
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -13,6 +14,8 @@ import (
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/leases"
+
+	"rekindle.local/contract/criulog"
 
 	"rekindle.local/oci-checkpoint/pkg/progress"
 )
@@ -63,8 +66,9 @@ func (cr *creation) dump() error {
 		if logSaysNoSpace(cr.archiveDir) || nearlyFull(cr.archiveDir) {
 			err = fmt.Errorf("%w: %w", syscall.ENOSPC, err)
 		}
-		return noSpace(fmt.Errorf("dump: %w (CRIU's log: %s)", err, criuLog(cr.archiveDir)), cr.work)
+		return noSpace(dumpFailed(err, cr.archiveDir, os.TempDir(), containerName(cr.ctr.ID(), cr.info.Labels)), cr.work)
 	}
+	removeKeptLogs(os.TempDir(), containerName(cr.ctr.ID(), cr.info.Labels))
 	return nil
 }
 
@@ -84,14 +88,31 @@ func withOptions(workPath string, exit bool) client.CheckpointTaskOpts {
 	}
 }
 
-// criuLog keeps CRIU's dump.log of a failed dump, which would go with the
-// work directory, and says where it is.
-func criuLog(dir string) string {
+// dumpFailed is the error of a failed dump: runc's ("criu failed: type
+// DUMP errno 0") with the lines of CRIU's dump.log in dir that name the
+// cause (rekindle.local/contract/criulog, which picks a restore's too),
+// and where the log is kept.
+func dumpFailed(err error, dir, keep, container string) error {
+	kept := keepLog(dir, keep, container)
+	if causes := criulog.CausesOf(filepath.Join(dir, crmetadata.DumpLogFile)); len(causes) > 0 {
+		return fmt.Errorf("dump: %w: CRIU: %s (CRIU's log: %s)", err, criulog.Quote(causes), kept)
+	}
+	return fmt.Errorf("dump: %w (CRIU's log: %s)", err, kept)
+}
+
+// keptLogPrefix begins the name of a failed dump's log kept in the
+// folder keep: one file per failed dump of the container (its name, as
+// the user knows it).
+func keptLogPrefix(container string) string { return "oci-checkpoint-dump-" + container + "-" }
+
+// keepLog keeps CRIU's dump.log of a failed dump in dir, which goes with
+// the work directory, in the folder keep, and says where it is.
+func keepLog(dir, keep, container string) string {
 	b, err := os.ReadFile(filepath.Join(dir, crmetadata.DumpLogFile))
 	if err != nil {
 		return "none written"
 	}
-	f, err := os.CreateTemp("", "oci-checkpoint-dump-*.log")
+	f, err := os.CreateTemp(keep, keptLogPrefix(container)+"*.log")
 	if err != nil {
 		return "not kept: " + err.Error()
 	}
@@ -100,4 +121,21 @@ func criuLog(dir string) string {
 		return "not kept: " + err.Error()
 	}
 	return f.Name()
+}
+
+// removeKeptLogs removes the logs keepLog kept of the container's failed
+// dumps once one succeeds: they told of a cause that is gone.
+func removeKeptLogs(keep, container string) {
+	names, _ := filepath.Glob(filepath.Join(keep, keptLogPrefix(container)+"*.log"))
+	for _, n := range names {
+		// CreateTemp's random part is digits: a name with more is
+		// another container's whose name continues this one's ("a-b").
+		rest := strings.TrimSuffix(strings.TrimPrefix(filepath.Base(n), keptLogPrefix(container)), ".log")
+		if rest == "" || strings.Trim(rest, "0123456789") != "" {
+			continue
+		}
+		if fi, err := os.Lstat(n); err == nil && fi.Mode().IsRegular() {
+			os.Remove(n)
+		}
+	}
 }
