@@ -45,6 +45,7 @@ Examples:
 		newCallsFlag("resume", "a resume call, in the same forms; repeat the flag for each call, in order; the calls replace the profile's"),
 		&cli.StringFlag{Name: "health", Usage: "health call, e.g. 'GET /health'"},
 		&cli.DurationFlag{Name: "health-timeout", Value: 10 * time.Minute, Usage: "how long to wait for the engine to be healthy"},
+		&cli.DurationFlag{Name: "refused-timeout", Value: checkpoint.DefaultRefusedTimeout, Usage: "how long the engine's port may refuse connections in a row before the wait ends (nothing listens there: wrong --port or --engine?)"},
 		&cli.DurationFlag{Name: "quiesce-timeout", Value: 5 * time.Minute, Usage: "how long the quiesce calls may take"},
 		&cli.DurationFlag{Name: "wake-deadline", Value: 10 * time.Minute, Usage: "how long the helper retries the resume calls after a restore"},
 		&cli.StringFlag{Name: "wake-binary", Usage: "the static rekindle-wake to inject (default: beside oci-checkpoint)"},
@@ -70,7 +71,7 @@ Examples:
 		}
 		o := checkpoint.Options{
 			Container: cc.Args().Get(0), Image: cc.Args().Get(1), Engine: p, URL: cc.String("url"),
-			HealthTimeout: cc.Duration("health-timeout"), QuiesceTimeout: cc.Duration("quiesce-timeout"),
+			HealthTimeout: cc.Duration("health-timeout"), RefusedTimeout: cc.Duration("refused-timeout"), QuiesceTimeout: cc.Duration("quiesce-timeout"),
 			WakeDeadline: cc.Duration("wake-deadline"), WakeBinary: cc.String("wake-binary"),
 			LeaveRunning: cc.Bool("leave-running"), WorkDir: cc.String("work-dir"), Progress: os.Stderr,
 			Compression: cc.String("compression"), KeepZeroPages: cc.Bool("keep-zero-pages"), Version: version, StopAtDump: cc.Bool("stop-at-dump"),

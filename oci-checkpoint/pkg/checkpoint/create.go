@@ -35,8 +35,11 @@ type Options struct {
 	Engine    engine.Profile
 	// URL reaches the engine from the host instead of through the
 	// container's network namespace (host-network containers, tests).
-	URL            string
-	HealthTimeout  time.Duration
+	URL           string
+	HealthTimeout time.Duration
+	// RefusedTimeout ends the health wait once the engine's port has
+	// refused connections this long in a row (0: DefaultRefusedTimeout).
+	RefusedTimeout time.Duration
 	QuiesceTimeout time.Duration
 	WakeDeadline   time.Duration
 	WakeBinary     string // the static rekindle-wake to inject
