@@ -29,7 +29,8 @@ import (
 // content changes nothing runc or CRIU does on the host. Anything else is
 // refused, so that an image type a newer CRIU reads fails closed until
 // the guard reads it. "N" stands for a number. TestImageFilesHaveReaders
-// walks the table.
+// walks the table; shownBy names a test of this package, or a system
+// test as "FILE: a stretch of its name".
 type imageFile struct {
 	name, reader, shownBy string
 	why                   string
@@ -81,11 +82,11 @@ var imageFiles = []imageFile{
 	{name: "iptables-N.img", reader: "checkNetfilter", why: "netfilter rules"},
 	{name: "ip6tables-N.img", reader: "checkNetfilter", why: "netfilter rules"},
 	{name: "nftables-N.img", reader: "checkNetfilter", why: "netfilter rules"},
-	{name: "stats-dump", why: "CRIU's statistics, not restored"},
-	{name: "stats-restore", why: "CRIU's statistics, written by the restore"},
+	{name: "stats-dump", shownBy: "tests/bats/470-hostile-images.bats: CRIU's statistics and logs in the image folder, whatever they hold, change nothing", why: "CRIU's statistics, not restored"},
+	{name: "stats-restore", shownBy: "tests/bats/470-hostile-images.bats: CRIU's statistics and logs in the image folder, whatever they hold, change nothing", why: "CRIU's statistics, written by the restore"},
 	{name: "descriptors.json", shownBy: "TestInherits", why: "runc's list of the dumped stdio, no longer read on restore"},
-	{name: "dump.log", why: "a log, not restored"},
-	{name: "restore.log", why: "a log, written by the restore"},
+	{name: "dump.log", shownBy: "tests/bats/470-hostile-images.bats: CRIU's statistics and logs in the image folder, whatever they hold, change nothing", why: "a log, not restored"},
+	{name: "restore.log", shownBy: "tests/bats/470-hostile-images.bats: CRIU's statistics and logs in the image folder, whatever they hold, change nothing", why: "a log, written by the restore"},
 }
 
 var imageFileRe = func() *regexp.Regexp {

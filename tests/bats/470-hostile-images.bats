@@ -405,6 +405,22 @@ c['cap_prm'] = c['cap_eff'] = c['cap_inh'] = [0, 0]
 	[ ! -e "$d/work/restore.log" ] || die "CRIU ran: $(tail -5 "$d/work/restore.log")"
 }
 
+# CRIU's statistics and logs in the image folder are CRIU's to write, never
+# to read on restore: their content changes nothing.
+@test "runc restore: CRIU's statistics and logs in the image folder, whatever they hold, change nothing of the restore" {
+	local d=$BATS_TEST_TMPDIR/b f pid
+	dump_piped h-stats "$d"
+	for f in stats-dump stats-restore dump.log restore.log; do
+		head -c 65536 /dev/urandom >"$d/img/$f"
+		printf 'HOSTILE-%s' "$f" >>"$d/img/$f"
+	done
+	restore_to h-stats "$d"
+	is "$status" 0 "runc restore's exit status"
+	pid=$(runc_ state h-stats | jq -r .pid)
+	[ -d "/proc/$pid" ] || die "the restored task is not running"
+	! grep -q HOSTILE "$d/work/restore.log" || die "CRIU's log took content of the image's: $(grep -a HOSTILE "$d/work/restore.log")"
+}
+
 @test "runc restore: an image file runc does not check, or a symlink among the images, is refused" {
 	canaries
 	local d=$BATS_TEST_TMPDIR/b
