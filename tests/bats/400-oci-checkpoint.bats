@@ -196,7 +196,7 @@ no_erofs_mounts() {
 	is "$(jq -r .engine <<<"$output")" "sglang" "engine"
 	is "$(jq -r .base_image <<<"$output")" "$ENGINE_IMAGE" "base image"
 	is "$(jq -r .restorable_here <<<"$output")" "true" "restorable on the host that made it"
-	jq -e '.phases.dump > 0' <<<"$output" >/dev/null || die "no dump time in the annotations"
+	jq -e 'any(.phases[]; .name == "dump" and .seconds > 0)' <<<"$output" >/dev/null || die "no dump time in the annotations"
 	jq -e '.annotations["org.rekindle.criu.version"] | test("^[0-9]+[.]")' <<<"$output" >/dev/null ||
 		die "no CRIU version recorded"
 	grep -q "$(jq -r '.annotations["org.rekindle.cpu.model"]' <<<"$output")" /proc/cpuinfo ||
@@ -208,6 +208,59 @@ no_erofs_mounts() {
 	is "${lines[-1]}" "$reg: this host can restore it" "check against the registry"
 	run_nerdctl images --format '{{.Repository}}:{{.Tag}}'
 	[[ $output != *"rekindle/ckpt:inspect"* ]] || die "check pulled the image"
+}
+
+# json_doc: the last JSON object of output (create --json prints its
+# phases' lines first).
+json_doc() {
+	sed -n '/^{/,/^}/p' <<<"$output"
+}
+
+@test "--json: one schema (docs/json.md) for create, inspect, check, ls and memory; inspect's phases in the order they ran, base image with its digest" {
+	local port image=rekindle.local/ckpt:json reg=127.0.0.1:$REGISTRY_PORT/rekindle/ckpt:json
+	local created inspected doc names
+	port=$(free_port)
+	start_engine jsrc "$port"
+	ocicp create --json jsrc "$image"
+	created=$(json_doc)
+	run_nerdctl rm -f jsrc
+	ocicp inspect --json "$image"
+	inspected=$output
+	for doc in "$created" "$inspected"; do
+		jq -e '.schema_version == 1 and (.phases | type == "array") and (.gpus | type == "array")' <<<"$doc" >/dev/null ||
+			die "not schema_version 1 with phases and gpus arrays: $doc"
+	done
+	names=$(jq -r '[.phases[].name] | join(" ")' <<<"$created")
+	is "$names" "health preflight quiesce inject-helper record dump package stop" "create's phases, in the order they ran"
+	is "$(jq -r '[.phases[].name] | join(" ")' <<<"$inspected")" "$names" "inspect's phases: create's, in the order they ran, package and stop included"
+	local f
+	for f in image digest size engine base_image base_digest; do
+		is "$(jq -r ".$f" <<<"$inspected")" "$(jq -r ".$f" <<<"$created")" "inspect's $f is create's"
+	done
+	run_ctr images ls "name==$ENGINE_IMAGE"
+	[[ $output == *"$(jq -r .base_digest <<<"$inspected")"* ]] || die "base_digest is not the base image's digest: $inspected"
+	ocicp inspect "$image"
+	[[ $output == *"Base image:  $ENGINE_IMAGE (digest $(jq -r .base_digest <<<"$inspected"))"* ]] || die "inspect does not show the base image's digest"
+	[[ $output == *"Checkpoint:  health "*" preflight "*" dump "*" package "*" stop "* ]] || die "inspect's phases are not in the order they ran"
+
+	ocicp check --json "$image"
+	jq -e '.schema_version == 1 and .restorable_here' <<<"$(json_doc)" >/dev/null || die "check --json: $output"
+	ocicp ls --json
+	jq -e --arg i "$image" --argjson c "$created" \
+		'.schema_version == 1 and (.images[] | select(.image == $i) | .digest == $c.digest and .size == $c.size and .base_digest == $c.base_digest)' \
+		<<<"$output" >/dev/null || die "ls --json does not name the image, digest, size and base digest as create: $output"
+	ocicp memory --json "$image"
+	jq -e --arg i "$image" '.schema_version == 1 and .image == $i' <<<"$output" >/dev/null || die "memory --json: no schema_version or image"
+
+	# From the registry, the manifest's phases: to package (stop came
+	# after the manifest was written).
+	run_nerdctl tag "$image" "$reg"
+	run_nerdctl push --insecure-registry "$reg"
+	run_nerdctl rmi "$reg"
+	ocicp inspect --json "$reg"
+	is "$(jq -r '[.phases[].name] | join(" ")' <<<"$output")" "${names% stop}" "a registry image's phases: to package"
+	is "$(jq -r .digest <<<"$output")" "$(jq -r .digest <<<"$created")" "a registry image's digest"
+	run_nerdctl rmi "$image"
 }
 
 @test "memory names the process and the mapping that hold a checkpoint's pages; an image only in a registry is refused" {

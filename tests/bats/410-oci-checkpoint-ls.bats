@@ -31,10 +31,13 @@ checkpoint() {
 	run_nerdctl rm -f "$name"
 }
 
-# ls_json: oci-checkpoint ls --json, checked to be a JSON array.
+# ls_json: oci-checkpoint ls --json, checked to be docs/json.md's object
+# (schema_version 1, the images in an array); output is that array.
 ls_json() {
 	ocicp ls --json
-	jq -e 'type == "array"' <<<"$output" >/dev/null || die "ls --json printed no JSON array"
+	jq -e '.schema_version == 1 and (.images | type == "array")' <<<"$output" >/dev/null ||
+		die "ls --json printed no object of schema_version 1 with an images array: $output"
+	output=$(jq -c .images <<<"$output")
 }
 
 # craft SRC DST KEY VALUE: load DST, a copy of image SRC whose manifest
@@ -83,22 +86,23 @@ craft() {
 
 	ls_json
 	local json=$output vendor
-	is "$(jq -r '[.[].name] | join(" ")' <<<"$json")" "$a $b" "ls --json names, sorted"
+	is "$(jq -r '[.[].image] | join(" ")' <<<"$json")" "$a $b" "ls --json names, sorted"
 	vendor=$(awk -F': ' '/^vendor_id/ {print $2; exit}' /proc/cpuinfo)
 	local img layer size created
 	for img in "$a" "$b"; do
-		is "$(jq -r --arg n "$img" '.[] | select(.name == $n) | [.engine, .gpu_count, .cpu_vendor, .base_image] | join(" ")' <<<"$json")" \
+		is "$(jq -r --arg n "$img" '.[] | select(.image == $n) | [.engine, .gpu_count, .cpu_vendor, .base_image] | join(" ")' <<<"$json")" \
 			"sglang 0 $vendor $ENGINE_IMAGE" "engine, GPUs, CPU vendor and base image of $img"
 		# The size is what the image takes in the store: its manifest,
 		# config and checkpoint layer.
 		layer=$("$BIN/oci-checkpoint" inspect --json "$img" | jq -r .layer_size)
-		size=$(jq -r --arg n "$img" '.[] | select(.name == $n) | .size' <<<"$json")
+		size=$(jq -r --arg n "$img" '.[] | select(.image == $n) | .size' <<<"$json")
 		((size > layer && size < layer + 65536)) || die "ls size $size of $img is not its layer ($layer) plus manifest and config"
-		created=$(date -u -d "$(jq -r --arg n "$img" '.[] | select(.name == $n) | .created' <<<"$json")" +%s)
+		is "$("$BIN/oci-checkpoint" inspect --json "$img" | jq -r .size)" "$size" "inspect's size of $img (docs/json.md: the same as ls's)"
+		created=$(date -u -d "$(jq -r --arg n "$img" '.[] | select(.image == $n) | .created' <<<"$json")" +%s)
 		((created >= before - 1 && created <= $(date -u +%s))) || die "created $created of $img is not the checkpoint's time"
 		# The digest is the image's in containerd's store.
 		run_ctr images ls "name==$img"
-		[[ $output == *"$(jq -r --arg n "$img" '.[] | select(.name == $n) | .digest' <<<"$json")"* ]] ||
+		[[ $output == *"$(jq -r --arg n "$img" '.[] | select(.image == $n) | .digest' <<<"$json")"* ]] ||
 			die "ls --json digest of $img is not the image store's"
 	done
 
@@ -112,7 +116,7 @@ craft() {
 
 	# Another namespace has none.
 	ocicp --namespace rekindle-empty ls --json
-	is "$output" "[]" "ls in another namespace"
+	is "$(jq -c .images <<<"$output")" "[]" "ls in another namespace"
 
 	ocicp rm "$a" "$b"
 	ls_json

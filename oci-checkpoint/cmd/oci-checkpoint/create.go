@@ -59,7 +59,7 @@ Examples:
 		&cli.StringFlag{Name: "fallback", Value: annotations.FallbackNone, Usage: "what a host that cannot restore the image does (CPU flags, GPUs, driver): cold starts the container afresh from its base image, none fails the restore"},
 		&cli.StringFlag{Name: "sign-key", Usage: "sign the image with this Ed25519 private key (PEM, PKCS#8: 'openssl genpkey -algorithm ed25519 -out FILE'), for hosts whose containerd requires a signature (checkpoint_restore_require_signature; see docs/operations.md, \"Requiring a signature\")"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no phases or progress, only errors (and --json's result)"},
-		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout"},
+		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout (docs/json.md)"},
 	},
 	Action: func(cc *cli.Context) error {
 		if err := cliapp.CheckArgs(cc); err != nil {

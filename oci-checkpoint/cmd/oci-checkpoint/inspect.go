@@ -53,7 +53,11 @@ func printReport(r *checkpoint.Report) {
 	} else {
 		fmt.Printf("Engine:      %s\n", r.Engine)
 	}
-	fmt.Printf("Base image:  %s\n", r.BaseImage)
+	if r.BaseDigest != "" {
+		fmt.Printf("Base image:  %s (digest %s)\n", r.BaseImage, r.BaseDigest)
+	} else {
+		fmt.Printf("Base image:  %s (no digest recorded)\n", r.BaseImage)
+	}
 	fmt.Printf("Created:     %s\n", r.Created)
 	fmt.Printf("Layer:       %s (%.1f MiB, compression %s)\n", r.LayerDigest, float64(r.LayerSize)/(1<<20), r.Compression)
 	fmt.Printf("CPU:         %s (%s)\n", r.Annotations[annotations.CPUModel], r.Annotations[annotations.CPUFlags])
@@ -61,13 +65,13 @@ func printReport(r *checkpoint.Report) {
 	if len(r.GPUs) > 0 {
 		fmt.Printf("GPUs:        %d x %s, driver %s, CUDA %s\n", len(r.GPUs), r.Annotations[annotations.GPUModel], r.Annotations[annotations.Driver], r.Annotations[annotations.CUDA])
 		for _, g := range r.GPUs {
-			fmt.Printf("             %s\n", g)
+			fmt.Printf("             %s\n", g.UUID)
 		}
 	} else {
 		fmt.Printf("GPUs:        none\n")
 	}
 	if len(r.Phases) > 0 {
-		fmt.Printf("Checkpoint:  %s\n", phase.Summary(phase.Sorted(r.Phases)))
+		fmt.Printf("Checkpoint:  %s\n", phase.Summary(r.Phases))
 	}
 	fallback := r.Annotations[annotations.Fallback]
 	if fallback == "" {
@@ -106,7 +110,7 @@ the phase times of its checkpoint, its fallback and signature, and whether this 
 Examples:
   oci-checkpoint inspect rekindle.local/ckpt:engine
   oci-checkpoint inspect --json registry.example/engine:ckpt | jq .phases`,
-	Flags: append([]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}}, registryFlags()...),
+	Flags: append([]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON (docs/json.md)"}}, registryFlags()...),
 	Action: func(cc *cli.Context) error {
 		if err := cliapp.CheckArgs(cc); err != nil {
 			return err

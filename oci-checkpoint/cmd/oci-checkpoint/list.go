@@ -20,9 +20,9 @@ checkpoint annotation, made by oci-checkpoint or by another checkpointing tool: 
 
 Examples:
   oci-checkpoint ls
-  oci-checkpoint ls --json | jq -r '.[] | select(.engine == "vllm") | .name'`,
+  oci-checkpoint ls --json | jq -r '.images[] | select(.engine == "vllm") | .image'`,
 	Flags: []cli.Flag{
-		&cli.BoolFlag{Name: "json", Usage: "print JSON (an array, empty when there are none)"},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON (docs/json.md): the images in .images, empty when there are none"},
 		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print the names only"},
 	},
 	Action: func(cc *cli.Context) error {
@@ -41,7 +41,7 @@ Examples:
 		}
 		switch {
 		case cc.Bool("json"):
-			return cliapp.PrintJSON(entries)
+			return cliapp.PrintJSON(checkpoint.NewListing(entries))
 		case cc.Bool("quiet"):
 			for _, e := range entries {
 				fmt.Println(e.Name)

@@ -28,7 +28,7 @@ Examples:
   oci-checkpoint memory rekindle.local/ckpt:engine
   oci-checkpoint memory --json --top 3 rekindle.local/ckpt:engine | jq '.processes[0].mappings'`,
 	Flags: []cli.Flag{
-		&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+		&cli.BoolFlag{Name: "json", Usage: "print JSON (docs/json.md)"},
 		&cli.IntFlag{Name: "top", Value: 8, Usage: "mappings shown per process"},
 	},
 	Action: func(cc *cli.Context) error {
@@ -76,6 +76,7 @@ Examples:
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if cc.Bool("json") {
+			rep.SchemaVersion, rep.Image = checkpoint.SchemaVersion, name
 			return cliapp.PrintJSON(rep)
 		}
 		printMemory(name, rep, cc.Int("top"))

@@ -32,7 +32,7 @@ Example:
   oci-checkpoint sign --key ckpt.key rekindle.local/ckpt:engine && nerdctl push rekindle.local/ckpt:engine`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "key", Usage: "the Ed25519 private key, PEM (PKCS#8), as 'openssl genpkey -algorithm ed25519' writes it"},
-		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout"},
+		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout (docs/json.md)"},
 	},
 	Action: func(cc *cli.Context) error {
 		if err := cliapp.CheckArgs(cc); err != nil {

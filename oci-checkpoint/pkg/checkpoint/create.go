@@ -77,20 +77,6 @@ type Options struct {
 	ProgressMode progress.Mode
 }
 
-// Result describes the image written.
-type Result struct {
-	Image       string             `json:"image"`
-	Digest      string             `json:"digest"`
-	Size        int64              `json:"size"`
-	OCIArchive  string             `json:"oci_archive,omitempty"`
-	Container   string             `json:"container"`
-	BaseImage   string             `json:"base_image"`
-	GPUs        []hostinfo.GPU     `json:"gpus"`
-	Phases      []phase.Timing     `json:"phases"`
-	Seconds     map[string]float64 `json:"seconds"`
-	Annotations map[string]string  `json:"annotations"`
-}
-
 // Create checkpoints the container into an image. On failure after the
 // engine was quiesced it is resumed and left running, and nothing is left
 // in the image store.
@@ -248,7 +234,8 @@ func (cr *creation) finish() (*Result, error) {
 			return cr.res, fmt.Errorf("the image %s was written but stopping the container failed: %w", cr.name, err)
 		}
 	}
-	cr.res.Phases, cr.res.Seconds = cr.t.Phases, cr.t.Map()
+	cr.res.Phases = cr.t.Phases
+	cr.labelPhases()
 	return cr.res, nil
 }
 

@@ -38,8 +38,10 @@ func NormalizeName(name string) (string, error) {
 }
 
 // writeImage packs dir into the checkpoint layer and writes the image: to
-// the image store as name, or as an OCI archive.
-func writeImage(ctx context.Context, c *client.Client, name string, baseImg client.Image, dir string, ann map[string]string, o Options) (ocispec.Descriptor, int64, error) {
+// the image store as name, or as an OCI archive. annotate gives the
+// manifest's annotations once the layer is written, so that the phase
+// times they record count the layer's.
+func writeImage(ctx context.Context, c *client.Client, name string, baseImg client.Image, dir string, annotate func() map[string]string, o Options) (ocispec.Descriptor, int64, error) {
 	layer, diffID, err := writeLayer(ctx, c, dir, o)
 	if err != nil {
 		return ocispec.Descriptor{}, 0, fmt.Errorf("checkpoint layer: %w", err)
@@ -48,7 +50,7 @@ func writeImage(ctx context.Context, c *client.Client, name string, baseImg clie
 	if err != nil {
 		return ocispec.Descriptor{}, 0, err
 	}
-	mdesc, err := writeManifest(ctx, c.ContentStore(), cfg, layer, ann, o.SignKey)
+	mdesc, err := writeManifest(ctx, c.ContentStore(), cfg, layer, annotate(), o.SignKey)
 	if err != nil {
 		return ocispec.Descriptor{}, 0, err
 	}

@@ -2,52 +2,70 @@ package checkpoint
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
+	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"github.com/containerd/containerd/v2/client"
 
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/hostinfo"
+	"rekindle.local/oci-checkpoint/pkg/phase"
 	"rekindle.local/oci-checkpoint/pkg/registry"
 )
 
-// Report is what `oci-checkpoint inspect` and `check` print.
+// Report is what `oci-checkpoint inspect` and `check` print (schema:
+// docs/json.md).
 type Report struct {
-	Image       string `json:"image"`
-	Local       bool   `json:"local"`
-	Checkpoint  bool   `json:"checkpoint"`
-	LayerSize   int64  `json:"layer_size"`
-	LayerDigest string `json:"layer_digest"`
+	SchemaVersion int    `json:"schema_version"`
+	Image         string `json:"image"`
+	Digest        string `json:"digest"` // the manifest's
+	Size          int64  `json:"size"`   // the manifest, config and layers, as Result's and Entry's
+	Local         bool   `json:"local"`
+	Checkpoint    bool   `json:"checkpoint"`
+	LayerSize     int64  `json:"layer_size"`
+	LayerDigest   string `json:"layer_digest"`
 	// Compression is the layer's form: none, pages or zstd.
-	Compression string             `json:"compression"`
-	Engine      string             `json:"engine,omitempty"`
-	BaseImage   string             `json:"base_image,omitempty"`
-	Created     string             `json:"created,omitempty"`
-	GPUs        []string           `json:"gpus"`
-	Phases      map[string]float64 `json:"phases,omitempty"`
-	Annotations map[string]string  `json:"annotations"`
-	Restorable  bool               `json:"restorable_here"`
-	Problems    []string           `json:"problems"`
-	Notes       []string           `json:"notes"`
+	Compression string        `json:"compression"`
+	Engine      string        `json:"engine,omitempty"`
+	BaseImage   string        `json:"base_image,omitempty"`
+	BaseDigest  string        `json:"base_digest,omitempty"`
+	Created     string        `json:"created,omitempty"`
+	GPUs        []RecordedGPU `json:"gpus"`
+	// Phases are create's, in the order they ran: to package from the
+	// manifest; for an image create stored on this host, all of them
+	// (resume or stop too) from the image store's record.
+	Phases      []phase.Timing    `json:"phases"`
+	Annotations map[string]string `json:"annotations"`
+	Restorable  bool              `json:"restorable_here"`
+	Problems    []string          `json:"problems"`
+	Notes       []string          `json:"notes"`
+}
+
+// RecordedGPU is a GPU as an image's manifest records it: Result's GPUs
+// add what only the checkpointing host knew (bus id, minor).
+type RecordedGPU struct {
+	UUID  string `json:"uuid"`
+	Model string `json:"model,omitempty"`
 }
 
 // Inspect reads a checkpoint image's manifest (local, else from its
 // registry) and checks it against this host. An image that is no
 // checkpoint gives an error. reg says how registries are reached.
 func Inspect(ctx context.Context, c *client.Client, ref string, reg registry.Options) (*Report, error) {
-	name, m, local, err := Manifest(ctx, c, ref, reg)
+	f, err := findManifest(ctx, c, ref, reg)
 	if err != nil {
 		return nil, err
 	}
-	ann := m.Annotations
-	r := &Report{Image: name, Local: local, Annotations: ann, GPUs: []string{}, Problems: []string{}, Notes: []string{}}
+	name, m, ann := f.name, f.m, f.m.Annotations
+	r := &Report{SchemaVersion: SchemaVersion, Image: name, Digest: f.desc.Digest.String(), Size: f.desc.Size + m.Config.Size, Local: f.local,
+		Annotations: ann, GPUs: []RecordedGPU{}, Phases: []phase.Timing{}, Problems: []string{}, Notes: []string{}}
 	r.Checkpoint = annotations.IsCheckpoint(ann)
 	if !r.Checkpoint {
 		return r, fmt.Errorf("%s is not a checkpoint image (no checkpoint annotation on its manifest)", name)
 	}
 	for _, l := range m.Layers {
+		r.Size += l.Size
 		r.LayerSize += l.Size
 		r.LayerDigest = l.Digest.String()
 		switch {
@@ -61,10 +79,18 @@ func Inspect(ctx context.Context, c *client.Client, ref string, reg registry.Opt
 		}
 	}
 	r.Engine, r.BaseImage, r.Created = ann[annotations.Engine], ann[annotations.SourceImage], ann[annotations.Created]
+	r.BaseDigest = ann[crmetadata.CheckpointAnnotationRootfsImageID]
 	if u := ann[annotations.GPUUUIDs]; u != "" {
-		r.GPUs = strings.Split(u, ",")
+		for _, id := range strings.Split(u, ",") {
+			r.GPUs = append(r.GPUs, RecordedGPU{UUID: id, Model: ann[annotations.GPUModel]})
+		}
 	}
-	json.Unmarshal([]byte(ann[annotations.Phases]), &r.Phases) // absent or bad: none shown
+	// Absent or bad: none shown.
+	if l, ok := f.labels[annotations.Phases]; ok {
+		r.Phases = phase.Parse(l)
+	} else {
+		r.Phases = phase.Parse(ann[annotations.Phases])
+	}
 	problems, notes := hostinfo.Check(ann, hostinfo.Read())
 	for _, p := range problems {
 		r.Problems = append(r.Problems, p.String())

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/errdefs"
@@ -22,20 +23,23 @@ import (
 // Entry is one checkpoint image of the image store, described from its
 // manifest's annotations.
 type Entry struct {
-	Name      string    `json:"name"`
+	Name      string    `json:"image"`
 	Digest    string    `json:"digest"`
 	Size      int64     `json:"size"` // the manifest, config and layers, as stored
 	Created   time.Time `json:"created"`
 	Engine    string    `json:"engine"`
 	BaseImage string    `json:"base_image"`
-	GPUCount  int       `json:"gpu_count"`
-	GPUModel  string    `json:"gpu_model,omitempty"`
-	Driver    string    `json:"nvidia_driver,omitempty"`
-	CUDA      string    `json:"cuda_version,omitempty"`
-	CPUVendor string    `json:"cpu_vendor,omitempty"`
-	CPUModel  string    `json:"cpu_model,omitempty"`
-	Kernel    string    `json:"kernel,omitempty"`
-	CRIU      string    `json:"criu_version,omitempty"`
+	// BaseDigest is the base image's manifest digest, by which a restore
+	// finds it (absent: an image of another tool that records none).
+	BaseDigest string `json:"base_digest,omitempty"`
+	GPUCount   int    `json:"gpu_count"`
+	GPUModel   string `json:"gpu_model,omitempty"`
+	Driver     string `json:"nvidia_driver,omitempty"`
+	CUDA       string `json:"cuda_version,omitempty"`
+	CPUVendor  string `json:"cpu_vendor,omitempty"`
+	CPUModel   string `json:"cpu_model,omitempty"`
+	Kernel     string `json:"kernel,omitempty"`
+	CRIU       string `json:"criu_version,omitempty"`
 }
 
 // List returns the checkpoint images of c's image store in the context's
@@ -74,7 +78,7 @@ func entry(ctx context.Context, c *client.Client, img images.Image) (Entry, bool
 	}
 	e := Entry{
 		Name: img.Name, Digest: img.Target.Digest.String(), Size: img.Target.Size + m.Config.Size,
-		Engine: a[annotations.Engine], BaseImage: a[annotations.SourceImage],
+		Engine: a[annotations.Engine], BaseImage: a[annotations.SourceImage], BaseDigest: a[crmetadata.CheckpointAnnotationRootfsImageID],
 		GPUModel: a[annotations.GPUModel], Driver: a[annotations.Driver], CUDA: a[annotations.CUDA],
 		CPUVendor: a[annotations.CPUVendor], CPUModel: a[annotations.CPUModel],
 		Kernel: a[annotations.Kernel], CRIU: a[annotations.CRIU],

@@ -22,40 +22,78 @@ import (
 // as nerdctl does: hosts.toml under reg's hosts dirs, credentials from the
 // docker config, plain HTTP for registries on loopback.
 func Manifest(ctx context.Context, c *client.Client, ref string, reg registry.Options) (name string, m ocispec.Manifest, local bool, err error) {
-	name, err = NormalizeName(ref)
+	f, err := findManifest(ctx, c, ref, reg)
+	return f.name, f.m, f.local, err
+}
+
+// found is what findManifest found of an image.
+type found struct {
+	name  string
+	m     ocispec.Manifest
+	desc  ocispec.Descriptor // m's, the platform's manifest of an index
+	local bool
+	// labels are the image store's record's (local only): metadata of
+	// this host that does not travel with the image.
+	labels map[string]string
+}
+
+// findManifest is Manifest with the manifest's descriptor and the local
+// image's labels.
+func findManifest(ctx context.Context, c *client.Client, ref string, reg registry.Options) (f found, err error) {
+	f.name, err = NormalizeName(ref)
 	if err != nil {
-		return "", m, false, err
+		return f, err
 	}
+	name := f.name
 	img, err := c.ImageService().Get(ctx, name)
 	switch {
 	case err == nil:
-		m, err = images.Manifest(ctx, c.ContentStore(), img.Target, platforms.Default())
-		return name, m, true, err
+		f.local, f.labels = true, img.Labels
+		p := &manifestRecorder{Provider: c.ContentStore(), desc: img.Target}
+		f.m, err = images.Manifest(ctx, p, img.Target, platforms.Default())
+		f.desc = p.desc
+		return f, err
 	case !errdefs.IsNotFound(err):
-		return name, m, false, err
+		return f, err
 	}
 	ctx = registry.Quiet(ctx)
 	named, err := reference.ParseNormalizedNamed(name)
 	if err != nil {
-		return name, m, false, err
+		return f, err
 	}
 	resolver, err := registry.New(ctx, reference.Domain(named), reg)
 	if err != nil {
-		return name, m, false, err
+		return f, err
 	}
 	_, desc, err := resolver.Resolve(ctx, name)
 	if err != nil {
-		return name, m, false, fmt.Errorf("image %s is not in the local store, and its registry did not give its manifest: %w", name, resolver.Explain(err))
+		return f, fmt.Errorf("image %s is not in the local store, and its registry did not give its manifest: %w", name, resolver.Explain(err))
 	}
-	f, err := resolver.Fetcher(ctx, name)
+	fetcher, err := resolver.Fetcher(ctx, name)
 	if err != nil {
-		return name, m, false, err
+		return f, err
 	}
-	m, err = images.Manifest(ctx, fetchProvider{f}, desc, platforms.Default())
+	p := &manifestRecorder{Provider: fetchProvider{fetcher}, desc: desc}
+	f.m, err = images.Manifest(ctx, p, desc, platforms.Default())
 	if err != nil {
-		return name, m, false, fmt.Errorf("fetch the manifest of %s: %w", name, resolver.Explain(err))
+		return f, fmt.Errorf("fetch the manifest of %s: %w", name, resolver.Explain(err))
 	}
-	return name, m, false, nil
+	f.desc = p.desc
+	return f, nil
+}
+
+// manifestRecorder keeps the descriptor of the last image manifest read
+// through it: the one images.Manifest picked from an index.
+type manifestRecorder struct {
+	content.Provider
+	desc ocispec.Descriptor
+}
+
+func (r *manifestRecorder) ReaderAt(ctx context.Context, desc ocispec.Descriptor) (content.ReaderAt, error) {
+	if images.IsManifestType(desc.MediaType) {
+		r.desc = desc
+	}
+	return r.Provider.ReaderAt(ctx, desc)
 }
 
 type fetchProvider struct{ f remotes.Fetcher }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,12 +17,15 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"rekindle.local/oci-checkpoint/pkg/annotations"
+	"rekindle.local/oci-checkpoint/pkg/phase"
 	"rekindle.local/oci-checkpoint/pkg/wake"
 )
 
 // pack writes the dump files and the image from the work directory.
 func (cr *creation) pack() error {
-	cr.res = &Result{Image: cr.name, Container: cr.ctr.ID(), BaseImage: cr.info.Image, GPUs: cr.gpus}
+	start := time.Now()
+	cr.res = &Result{SchemaVersion: SchemaVersion, Image: cr.name, Container: cr.ctr.ID(), Engine: cr.o.Engine.Name,
+		Created: cr.checkpointedAt.Format(time.RFC3339), BaseImage: cr.info.Image, GPUs: cr.gpus}
 	marker, _ := json.Marshal(map[string]string{"checkpointed_at": cr.checkpointedAt.Format(time.RFC3339Nano)})
 	if err := writeRootfsDiff(cr.ctx, cr.c, cr.info, cr.diffLower, cr.archiveDir, []ExtraFile{{Name: wake.WakeFile, Data: marker, Mode: 0o644}}); err != nil {
 		where := contentRoot(cr.ctx, cr.c)
@@ -38,9 +42,12 @@ func (cr *creation) pack() error {
 	if err := writeDumps(cr.ctx, cr.ctr, cr.info, base, cr.archiveDir, cr.checkpointedAt, std); err != nil {
 		return err
 	}
-	ann := cr.annotations(std)
-	cr.res.Annotations = ann
-	desc, size, err := writeImage(cr.ctx, cr.c, cr.name, base, cr.archiveDir, ann, cr.o)
+	cr.res.BaseDigest = base.Target().Digest.String()
+	annotate := func() map[string]string {
+		cr.res.Annotations = cr.annotations(std, time.Since(start))
+		return cr.res.Annotations
+	}
+	desc, size, err := writeImage(cr.ctx, cr.c, cr.name, base, cr.archiveDir, annotate, cr.o)
 	if err != nil {
 		return err
 	}
@@ -115,8 +122,10 @@ func (cr *creation) standard(base client.Image) map[string]string {
 }
 
 // annotations are the manifest's: the host's facts, the standard ones,
-// Rekindle's own and the legacy CRI-O name; the phase times are those so far.
-func (cr *creation) annotations(std map[string]string) map[string]string {
+// Rekindle's own and the legacy CRI-O name; the phase times are those so
+// far, in the order they ran, package's until now (packing, its time so
+// far).
+func (cr *creation) annotations(std map[string]string, packing time.Duration) map[string]string {
 	ann := cr.host.Annotations(cr.gpus)
 	for k, v := range std {
 		ann[k] = v
@@ -129,13 +138,35 @@ func (cr *creation) annotations(std map[string]string) map[string]string {
 	}
 	ann[annotations.Created] = cr.checkpointedAt.Format(time.RFC3339)
 	ann[annotations.SourceImage] = cr.info.Image
-	phases, _ := json.Marshal(cr.t.Map())
+	phases, _ := json.Marshal(append(slices.Clip(cr.t.Phases), phase.Timing{Name: "package", Seconds: packing.Seconds()}))
 	ann[annotations.Phases] = string(phases)
 	ann[annotations.LegacyCheckpoint] = containerName(cr.ctr.ID(), cr.info.Labels)
 	if cr.o.Fallback == annotations.FallbackCold {
 		ann[annotations.Fallback] = annotations.FallbackCold
 	}
 	return ann
+}
+
+// labelPhases records all of create's phases, the last ones (the end of
+// package, resume or stop) with them, on the image store's record of the
+// image, where inspect finds them: the manifest was written before they
+// ended. A label is this host's metadata and does not travel with the
+// image; nor can it be recorded for an OCI archive. It is not worth
+// failing the checkpoint for.
+func (cr *creation) labelPhases() {
+	if cr.o.OCIArchive != "" {
+		return
+	}
+	img, err := cr.c.ImageService().Get(cr.ctx, cr.name)
+	if err != nil {
+		return
+	}
+	b, _ := json.Marshal(cr.t.Phases)
+	if img.Labels == nil {
+		img.Labels = map[string]string{}
+	}
+	img.Labels[annotations.Phases] = string(b)
+	cr.c.ImageService().Update(cr.ctx, img, "labels."+annotations.Phases)
 }
 
 // packageFailed says how to get the engine back when --stop-at-dump has

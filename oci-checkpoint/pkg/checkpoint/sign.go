@@ -165,8 +165,9 @@ func keyKind(k any) string {
 
 // SignResult says what Sign did.
 type SignResult struct {
-	Image string `json:"image"`
-	KeyID string `json:"key_id"`
+	SchemaVersion int    `json:"schema_version"`
+	Image         string `json:"image"`
+	KeyID         string `json:"key_id"`
 	// Previous is the manifest's digest before, Digest after: the image's
 	// digest changes when it is signed.
 	Previous string `json:"previous_digest"`
@@ -205,7 +206,7 @@ func Sign(ctx context.Context, cs content.Store, is images.Store, name string, k
 	if !annotations.IsCheckpoint(m.Annotations) {
 		return nil, fmt.Errorf("image %s is not a checkpoint image (its manifest has no checkpoint annotation): sign the images 'oci-checkpoint create' makes", name)
 	}
-	res := &SignResult{Image: name, Previous: img.Target.Digest.String(), Replaced: m.Annotations[annotations.SignatureKey]}
+	res := &SignResult{SchemaVersion: SchemaVersion, Image: name, Previous: img.Target.Digest.String(), Replaced: m.Annotations[annotations.SignatureKey]}
 	res.KeyID = SignManifest(&m, key)
 
 	// Only the annotations change: every other field of the manifest is

@@ -50,10 +50,14 @@ type Process struct {
 
 // Report is the whole checkpoint's.
 type Report struct {
-	PagesFiles int64            `json:"pages_files_bytes"` // pages-*.img in the layer, shared memory included
-	ZeroPages  int64            `json:"pages_files_zero_bytes"`
-	Others     map[string]int64 `json:"other_images"` // the layer's other CRIU images of 1 MiB or more (e.g. a tmpfs's contents)
-	Processes  []Process        `json:"processes"`    // biggest first
+	// SchemaVersion and Image are set by the caller: the JSON's version
+	// (checkpoint.SchemaVersion) and the image read.
+	SchemaVersion int              `json:"schema_version"`
+	Image         string           `json:"image"`
+	PagesFiles    int64            `json:"pages_files_bytes"` // pages-*.img in the layer, shared memory included
+	ZeroPages     int64            `json:"pages_files_zero_bytes"`
+	Others        map[string]int64 `json:"other_images"` // the layer's other CRIU images of 1 MiB or more (e.g. a tmpfs's contents)
+	Processes     []Process        `json:"processes"`    // biggest first
 }
 
 // Layer is what Extract learns of the images it does not copy.

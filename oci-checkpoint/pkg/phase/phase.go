@@ -3,6 +3,7 @@
 package phase
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"sort"
@@ -41,15 +42,6 @@ func (t *Timer) Run(name string, fn func() error) error {
 	return err
 }
 
-// Map returns the phases as name -> seconds.
-func (t *Timer) Map() map[string]float64 {
-	m := make(map[string]float64, len(t.Phases))
-	for _, p := range t.Phases {
-		m[p.Name] += p.Seconds
-	}
-	return m
-}
-
 // Summary is one line: "health 0.01s  quiesce 0.05s ...".
 func Summary(ts []Timing) string {
 	var parts []string
@@ -59,13 +51,42 @@ func Summary(ts []Timing) string {
 	return strings.Join(parts, "  ")
 }
 
-// Sorted turns name -> seconds (as Map gives, or an image's annotation
-// holds) back into timings, by name: the order of the phases is lost.
-func Sorted(m map[string]float64) []Timing {
-	ts := make([]Timing, 0, len(m))
-	for n, s := range m {
-		ts = append(ts, Timing{Name: n, Seconds: s})
+// Order is the order in which oci-checkpoint create runs its phases;
+// resume (--leave-running) and stop (the default) are the last, one or
+// neither.
+var Order = []string{"health", "preflight", "quiesce", "inject-helper", "record", "dump", "package", "resume", "stop"}
+
+// Parse reads phase times as an image's annotation holds them: an array of
+// timings in the order they ran, as create writes it, or the name ->
+// seconds object of earlier images, put in Order (names it does not know
+// after, by name). Nothing, or anything else, gives none.
+func Parse(s string) []Timing {
+	ts := []Timing{}
+	if json.Unmarshal([]byte(s), &ts) == nil {
+		return ts
 	}
-	sort.Slice(ts, func(i, j int) bool { return ts[i].Name < ts[j].Name })
+	var m map[string]float64
+	if json.Unmarshal([]byte(s), &m) != nil {
+		return []Timing{}
+	}
+	rank := make(map[string]int, len(Order))
+	for i, n := range Order {
+		rank[n] = i
+	}
+	ts = make([]Timing, 0, len(m))
+	for n, sec := range m {
+		ts = append(ts, Timing{Name: n, Seconds: sec})
+	}
+	sort.Slice(ts, func(i, j int) bool {
+		ri, iok := rank[ts[i].Name]
+		rj, jok := rank[ts[j].Name]
+		switch {
+		case iok && jok:
+			return ri < rj
+		case iok != jok:
+			return iok
+		}
+		return ts[i].Name < ts[j].Name
+	})
 	return ts
 }
