@@ -145,8 +145,13 @@ func (w healthWait) wait(ctx context.Context) error {
 	saidRefused, lastSaid := false, start
 	for {
 		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-		last = w.eng.Do(cctx, w.call)
+		err := w.eng.Do(cctx, w.call)
 		ccancel()
+		// A call the wait's own end cut short says less than the answer
+		// before it: the error quotes that one.
+		if err == nil || ctx.Err() == nil || last == nil {
+			last = err
+		}
 		if last == nil {
 			if saidRefused {
 				w.say("%s answered after %s", w.call, time.Since(start).Round(time.Millisecond))

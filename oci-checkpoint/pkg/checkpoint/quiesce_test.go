@@ -27,9 +27,9 @@ func freeAddr(t *testing.T) string {
 	return addr
 }
 
-// serveAt serves h at addr after delay.
+// serveAt serves h at addr after delay, at once without one.
 func serveAt(t *testing.T, addr string, delay time.Duration, h http.Handler) {
-	time.AfterFunc(delay, func() {
+	serve := func() {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Error(err)
@@ -38,7 +38,12 @@ func serveAt(t *testing.T, addr string, delay time.Duration, h http.Handler) {
 		s := &httptest.Server{Listener: l, Config: &http.Server{Handler: h}}
 		s.Start()
 		t.Cleanup(s.Close)
-	})
+	}
+	if delay == 0 {
+		serve()
+		return
+	}
+	time.AfterFunc(delay, serve)
 }
 
 // TestHealthWait: connections refused are said at once with the hint and
