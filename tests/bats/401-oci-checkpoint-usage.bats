@@ -60,7 +60,7 @@ usage_error() {
 	done
 	run_cmd "$BIN/oci-checkpoint" create --help
 	local line
-	for line in "$(grep -- '--port ' <<<"$output")" "$(grep -- '--sleep-level ' <<<"$output")"; do
+	for line in "$(grep -E -- '^ +--port ' <<<"$output")" "$(grep -E -- '^ +--sleep-level ' <<<"$output")"; do
 		is "$(grep -o '(default' <<<"$line" | wc -l)" 1 "defaults printed in: $line"
 	done
 }
