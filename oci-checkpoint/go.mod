@@ -3,6 +3,7 @@ module rekindle.local/oci-checkpoint
 go 1.26.8
 
 require (
+	dario.cat/mergo v1.0.2
 	github.com/checkpoint-restore/checkpointctl v1.5.0
 	github.com/checkpoint-restore/go-criu/v8 v8.3.0
 	github.com/containerd/containerd/api v1.11.1
@@ -17,6 +18,7 @@ require (
 	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/image-spec v1.1.1
 	github.com/opencontainers/runtime-spec v1.3.0
+	github.com/pelletier/go-toml/v2 v2.3.0
 	github.com/sirupsen/logrus v1.10.2
 	github.com/urfave/cli/v2 v2.27.7
 	golang.org/x/sync v0.23.0
@@ -24,6 +26,7 @@ require (
 	google.golang.org/protobuf v1.36.12
 	tags.cncf.io/container-device-interface v1.1.0
 	tags.cncf.io/container-device-interface/specs-go v1.1.0
+	rekindle.local/restore v0.0.0
 )
 
 require (
@@ -53,7 +56,6 @@ require (
 	github.com/moby/sys/user v0.4.1 // indirect
 	github.com/moby/sys/userns v0.2.1 // indirect
 	github.com/opencontainers/runtime-tools v0.9.1-0.20251114084447-edf4cb3d2116 // indirect
-	github.com/pelletier/go-toml/v2 v2.3.0 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
 	github.com/russross/blackfriday/v2 v2.1.0 // indirect
 	github.com/xrash/smetrics v0.0.0-20240521201337-686a1a2994c1 // indirect
@@ -76,3 +78,5 @@ require (
 )
 
 replace rekindle.local/contract => ../contract
+
+replace rekindle.local/restore => ../restore

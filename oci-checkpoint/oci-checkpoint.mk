@@ -1,9 +1,12 @@
 # oci-checkpoint and the rekindle-wake helper. Included by the top Makefile.
 # rekindle-wake is static (no cgo): it is copied into engine containers of
-# any distribution.
+# any distribution. oci-checkpoint check decides with the restore engine's
+# policy code (restore/checkpointimage), so its sources are oci-checkpoint's
+# too.
 
 OCI_CHECKPOINT_SRC := $(shell find oci-checkpoint -name '*.go' -not -path '*/cuda-checkpoint/*') \
-	oci-checkpoint/go.mod oci-checkpoint/go.sum $(shell find contract -type f)
+	oci-checkpoint/go.mod oci-checkpoint/go.sum $(shell find contract -type f) \
+	$(shell find restore -name '*.go' -not -name '*_test.go') restore/go.mod
 
 $(BIN)/oci-checkpoint: $(OCI_CHECKPOINT_SRC) | $(BUILDDIR)/.deps
 	cd oci-checkpoint && $(GOBUILD) -ldflags "-X main.version=$(shell git describe --always --dirty 2>/dev/null || echo dev)" \

@@ -12,6 +12,8 @@ package rules
 
 import (
 	"fmt"
+	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,11 +45,17 @@ const (
 	AnnotationGPUCount = "org.rekindle.gpu.count"
 	// AnnotationGPUModel is their model, as the NVIDIA driver names it.
 	AnnotationGPUModel = "org.rekindle.gpu.model"
+	// AnnotationArch is the checkpointing host's architecture as Go names
+	// it (amd64, arm64): checkpointctl's standard annotation, which
+	// oci-checkpoint writes beside its own.
+	AnnotationArch = "org.criu.checkpoint.host.arch"
 )
 
 // Host holds the facts of a host that would restore a checkpoint. An
 // empty fact is unknown, and not compared.
 type Host struct {
+	// Arch is the architecture as Go names it (runtime.GOARCH).
+	Arch      string
 	CPUVendor string
 	CPUModel  string
 	// CPUFlags holds all of the CPU's flags: an image may record one
@@ -65,7 +73,7 @@ type Host struct {
 
 // A Problem is one fact that rules a host out: a restore would fail.
 type Problem struct {
-	// Kind is the kind of fact: format, cpu, criu, gpu or driver.
+	// Kind is the kind of fact: format, arch, cpu, criu, gpu or driver.
 	Kind string
 	// Reason says it in one line, as a restorer that refuses the host
 	// logs it.
@@ -83,19 +91,27 @@ func (p Problem) String() string { return p.Kind + ": " + p.Advice }
 
 // Check compares the facts a checkpoint recorded (its annotations a)
 // with host h. It returns the problems (a restore would fail), in the
-// order format, cpu, criu, gpu, driver, and notes (worth saying, not
-// fatal).
+// order format, arch, cpu, criu, gpu, driver, and notes (worth saying, not
+// fatal). An annotation whose value is not of its form (a CRIU version of
+// "banana", a GPU count of -3) is a problem of its fact's kind, naming the
+// annotation and the form: what it records cannot be compared.
 func Check(a map[string]string, h Host) (problems []Problem, notes []string) {
 	add := func(kind, reason, advice string) {
 		problems = append(problems, Problem{Kind: kind, Reason: reason, Advice: advice})
 	}
+	a = validated(a, add)
 	if f := a[AnnotationFormat]; f != "" && f != FormatVersion {
 		add("format", fmt.Sprintf("the image has Rekindle format %s, this containerd reads %s", f, FormatVersion),
 			fmt.Sprintf("the image has Rekindle format %s, this oci-checkpoint reads %s: upgrade it", f, FormatVersion))
 	}
+	if v := a[AnnotationArch]; v != "" && h.Arch != "" && v != h.Arch {
+		add("arch", fmt.Sprintf("checkpointed on %s, this host is %s", v, h.Arch),
+			fmt.Sprintf("checkpointed on an %s host, this host is %s: a process restores only on the architecture it was checkpointed on; restore on an %s host", v, h.Arch, v))
+	}
 	if v := a[AnnotationCPUVendor]; v != "" && h.CPUVendor != "" && v != h.CPUVendor {
-		add("cpu", fmt.Sprintf("checkpointed on a %s CPU, this host has a %s CPU", v, h.CPUVendor),
-			fmt.Sprintf("checkpointed on a %s CPU (%s), this host has %s (%s): restore on a host with a %s CPU", v, a[AnnotationCPUModel], h.CPUVendor, h.CPUModel, v))
+		add("cpu", fmt.Sprintf("checkpointed on %s CPU, this host has %s CPU", withArticle(v), withArticle(h.CPUVendor)),
+			fmt.Sprintf("checkpointed on %s CPU%s, this host has %s CPU%s: restore on a host with %s CPU",
+				withArticle(v), parens(a[AnnotationCPUModel]), withArticle(h.CPUVendor), parens(h.CPUModel), withArticle(v)))
 	}
 	var missing []string
 	for _, fl := range strings.Split(a[AnnotationCPUFlags], ",") {
@@ -105,7 +121,7 @@ func Check(a map[string]string, h Host) (problems []Problem, notes []string) {
 	}
 	if len(missing) > 0 {
 		add("cpu", fmt.Sprintf("this host's CPU lacks %s, which the checkpointed process may use", strings.Join(missing, ", ")),
-			fmt.Sprintf("this host's CPU (%s) lacks %s, which the CPU it was checkpointed on (%s) has and the restored process may use: restore on a host whose CPU has them, or checkpoint on the oldest CPU of the fleet", h.CPUModel, strings.Join(missing, ", "), a[AnnotationCPUModel]))
+			fmt.Sprintf("this host's CPU%s lacks %s, which the CPU it was checkpointed on%s has and the restored process may use: restore on a host whose CPU has them, or checkpoint on the oldest CPU of the fleet", parens(h.CPUModel), strings.Join(missing, ", "), parens(a[AnnotationCPUModel])))
 	}
 	if v := a[AnnotationCRIU]; v != "" {
 		switch {
@@ -125,10 +141,10 @@ func Check(a map[string]string, h Host) (problems []Problem, notes []string) {
 	switch {
 	case len(h.GPUModels) == 0:
 		add("gpu", fmt.Sprintf("the checkpoint holds the state of %d GPU(s), this host has 0", n),
-			fmt.Sprintf("the checkpoint holds CUDA state for %d GPU(s) (%s) and this host has no NVIDIA GPU", n, a[AnnotationGPUModel]))
+			fmt.Sprintf("the checkpoint holds CUDA state for %s and this host has no NVIDIA GPU: restore on a host with %s", gpus(n, a[AnnotationGPUModel]), gpus(n, a[AnnotationGPUModel])))
 	case len(h.GPUModels) < n:
 		add("gpu", fmt.Sprintf("the checkpoint holds the state of %d GPU(s), this host has %d", n, len(h.GPUModels)),
-			fmt.Sprintf("the checkpoint needs %d GPUs, this host has %d", n, len(h.GPUModels)))
+			fmt.Sprintf("the checkpoint needs %s, this host has %d: restore on a host with %d or more", gpus(n, a[AnnotationGPUModel]), len(h.GPUModels), n))
 	}
 	// Counted by model: a host may mix models, and only GPUs of the
 	// checkpoint's model can take its CUDA state.
@@ -159,6 +175,82 @@ func Check(a map[string]string, h Host) (problems []Problem, notes []string) {
 		}
 	}
 	return problems, append(notes, kernelNote(a, h)...)
+}
+
+// The forms of the annotations the rules compare.
+var (
+	versionForm = regexp.MustCompile(`^[0-9]+(\.[0-9]+)*$`)
+	countForm   = regexp.MustCompile(`^[0-9]{1,4}$`)
+	flagForm    = regexp.MustCompile(`^[a-z0-9_]+$`)
+)
+
+// validated returns a without the annotations whose values are not of
+// their form, each of which it adds as a problem of its fact's kind.
+func validated(a map[string]string, add func(kind, reason, advice string)) map[string]string {
+	bad := func(key, kind, value, form string) {
+		reason := fmt.Sprintf("annotation %s is %q, not %s", key, value, form)
+		add(kind, reason, reason+": the image was not written by oci-checkpoint, or was changed since; checkpoint the engine again, or correct the annotation")
+	}
+	var drop []string
+	for _, f := range []struct {
+		key, kind string
+		re        *regexp.Regexp
+		form      string
+	}{
+		{AnnotationCRIU, "criu", versionForm, "a CRIU version (digits and dots, such as 4.2.1)"},
+		{AnnotationDriver, "driver", versionForm, "an NVIDIA driver version (digits and dots, such as 580.95.05)"},
+		{AnnotationGPUCount, "gpu", countForm, "a count of GPUs (a whole number, 0 or more, such as 2)"},
+	} {
+		if v := a[f.key]; v != "" && !f.re.MatchString(v) {
+			bad(f.key, f.kind, v, f.form)
+			drop = append(drop, f.key)
+		}
+	}
+	if v := a[AnnotationCPUFlags]; v != "" {
+		for _, fl := range strings.Split(v, ",") {
+			if fl = strings.TrimSpace(fl); fl != "" && !flagForm.MatchString(fl) {
+				bad(AnnotationCPUFlags, "cpu", v, "a comma-separated list of CPU flags as /proc/cpuinfo names them (such as sse4_2,avx2)")
+				drop = append(drop, AnnotationCPUFlags)
+				break
+			}
+		}
+	}
+	if len(drop) == 0 {
+		return a
+	}
+	out := maps.Clone(a)
+	for _, k := range drop {
+		delete(out, k)
+	}
+	return out
+}
+
+// withArticle puts "a" or "an" before word: an AuthenticAMD, a GenuineIntel.
+func withArticle(word string) string {
+	if word != "" && strings.ContainsRune("AEIOUaeiou", rune(word[0])) {
+		return "an " + word
+	}
+	return "a " + word
+}
+
+// parens is " (s)", or nothing for an empty s.
+func parens(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+// gpus says n GPUs of model: "1 GPU", "2 NVIDIA H200 GPUs".
+func gpus(n int, model string) string {
+	s := strconv.Itoa(n)
+	if model != "" {
+		s += " " + model
+	}
+	if n == 1 {
+		return s + " GPU"
+	}
+	return s + " GPUs"
 }
 
 // kernelNote notes a kernel other than the checkpointing host's: CRIU

@@ -16,6 +16,7 @@ var restoreVector []byte
 
 // VectorHost is a host's facts as the vector gives them.
 type VectorHost struct {
+	Arch      string   `json:"arch"`
 	CPUVendor string   `json:"cpu_vendor"`
 	CPUFlags  []string `json:"cpu_flags"`
 	CRIU      string   `json:"criu"`
@@ -25,7 +26,7 @@ type VectorHost struct {
 
 // VectorCase is one case of the vector: its host is the vector's, with the
 // fields the case sets over it; Refused lists the kinds of fact (format,
-// cpu, criu, gpu, driver) that rule the host out, none when it restores.
+// arch, cpu, criu, gpu, driver) that rule the host out, none when it restores.
 type VectorCase struct {
 	Name        string
 	Host        VectorHost
@@ -51,6 +52,9 @@ func Vector() ([]VectorCase, error) {
 	for _, c := range v.Cases {
 		h := v.Host
 		if o := c.Host; o != nil {
+			if o.Arch != "" {
+				h.Arch = o.Arch
+			}
 			if o.CPUVendor != "" {
 				h.CPUVendor = o.CPUVendor
 			}

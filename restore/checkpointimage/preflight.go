@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 
@@ -57,6 +58,8 @@ const (
 
 // Host holds the facts of this host that a preflight compares.
 type Host struct {
+	// Arch is the architecture as Go names it (runtime.GOARCH).
+	Arch      string
 	CPUVendor string
 	CPUFlags  map[string]bool
 	// GPUModels has one entry per NVIDIA GPU.
@@ -74,7 +77,7 @@ type Host struct {
 // ReadHost reads the facts of this host from the proc file system mounted
 // at procRoot.
 func ReadHost(procRoot string) Host {
-	h := Host{CPUFlags: map[string]bool{}}
+	h := Host{Arch: runtime.GOARCH, CPUFlags: map[string]bool{}}
 	if f, err := os.Open(filepath.Join(procRoot, "cpuinfo")); err == nil {
 		s := bufio.NewScanner(f)
 		s.Buffer(make([]byte, 64<<10), 1<<20)
@@ -163,12 +166,13 @@ func Preflight(annotations map[string]string, h Host) []string {
 	return reasons
 }
 
-// A reason is one fact that rules a host out, and its kind: format, cpu,
-// criu, gpu or driver.
+// A reason is one fact that rules a host out, and its kind: format, arch,
+// cpu, criu, gpu or driver.
 type reason struct{ kind, msg string }
 
 func preflight(annotations map[string]string, h Host) []reason {
 	problems, _ := rules.Check(annotations, rules.Host{
+		Arch:      h.Arch,
 		CPUVendor: h.CPUVendor,
 		CPUFlags:  h.CPUFlags,
 		CRIU:      h.CRIU,

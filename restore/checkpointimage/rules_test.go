@@ -21,7 +21,7 @@ func TestRestoreRulesVector(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			vh := tc.Host
-			h := Host{CPUVendor: vh.CPUVendor, CPUFlags: map[string]bool{}, CRIU: vh.CRIU, Driver: vh.Driver, GPUModels: vh.GPUs}
+			h := Host{Arch: vh.Arch, CPUVendor: vh.CPUVendor, CPUFlags: map[string]bool{}, CRIU: vh.CRIU, Driver: vh.Driver, GPUModels: vh.GPUs}
 			for _, f := range vh.CPUFlags {
 				h.CPUFlags[f] = true
 			}

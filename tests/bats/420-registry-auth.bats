@@ -121,12 +121,22 @@ not_pulled() {
 	not_pulled "$REPO:auth"
 }
 
+# allow_registry_example: check reads a restore policy that allows
+# registry.example:5000's images (the test containerd's allows loopback
+# registries only, and check refuses what the restore's policy refuses).
+allow_registry_example() {
+	export CONTAINERD_CONFIG=$BATS_TEST_TMPDIR/containerd-policy.toml
+	printf '%s\n' 'version = 3' "[plugins.'io.containerd.service.v1.tasks-service']" \
+		'  checkpoint_restore_images = ["registry.example:5000"]' >"$CONTAINERD_CONFIG"
+}
+
 @test "a name that hosts.toml sends to a mirror: check and inspect read it there" {
 	# registry.example:5000 does not exist; its hosts.toml names the open
 	# registry as a mirror, which has the image under the same repository.
 	local name=registry.example:5000/$REPO:mirror certs=$BATS_TEST_TMPDIR/certs.d empty=$BATS_TEST_TMPDIR/empty.d
 	mkdir -p "$empty"
 	mirror_hosts "$certs" "$MIRROR_PORT"
+	allow_registry_example
 
 	ocicp 0 check --hosts-dir "$certs" "$name"
 	is "${lines[-1]}" "$name: this host can restore it" "check through the mirror"
@@ -151,6 +161,7 @@ not_pulled() {
 	local name=registry.example:5000/$REPO:auth certs=$BATS_TEST_TMPDIR/certs.d none=$BATS_TEST_TMPDIR/docker-none
 	mkdir -p "$none"
 	mirror_hosts "$certs" "$AUTH_PORT"
+	allow_registry_example
 
 	DOCKER_CONFIG=$GOOD_CONFIG ocicp 0 check --hosts-dir "$certs" "$name"
 	is "${lines[-1]}" "$name: this host can restore it" "check through a mirror with its credentials"

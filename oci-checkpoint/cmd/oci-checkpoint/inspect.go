@@ -1,9 +1,7 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -123,60 +121,6 @@ Examples:
 			return cliapp.PrintJSON(r)
 		}
 		printReport(r)
-		return nil
-	},
-}
-
-// check's exit statuses: a script (an init container, a scheduler) tells
-// "this host cannot restore it" from "the check could not be made".
-const (
-	checkRestorable  = 0
-	checkCannot      = 1
-	checkCouldNotRun = 2
-)
-
-var checkCmd = &cli.Command{
-	Name: "check",
-	Usage: "say whether this host can restore IMAGE, from its manifest only: exit 0 it can, " +
-		"1 it cannot (the reasons are printed), 2 the check could not be made (no such image, registry unreachable, bad input)",
-	ArgsUsage: "IMAGE",
-	Description: `Compares what IMAGE's manifest records (CPU flags, CRIU and kernel, GPUs and driver) with
-this host, without pulling it, so that a script (an init container, a scheduler) can tell "this
-host cannot restore it" (exit 1, the reasons printed) from "the check could not be made" (exit 2:
-no such image, registry unreachable, bad input).
-
-` + registryHelp + `
-
-Examples:
-  oci-checkpoint check registry.example/engine:ckpt && nerdctl run -d registry.example/engine:ckpt
-  oci-checkpoint check --json --hosts-dir /etc/containerd/certs.d registry.example/engine:ckpt`,
-	Flags: append([]cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print JSON"}}, registryFlags()...),
-	Action: func(cc *cli.Context) error {
-		if err := cliapp.CheckArgs(cc); err != nil {
-			return err
-		}
-		r, err := inspect(cc)
-		if err != nil {
-			var ec cli.ExitCoder
-			if errors.As(err, &ec) {
-				return cli.Exit(err.Error(), checkCouldNotRun)
-			}
-			return cli.Exit(fmt.Sprintf("could not check: %v", err), checkCouldNotRun)
-		}
-		if cc.Bool("json") {
-			if err := cliapp.PrintJSON(r); err != nil {
-				return err
-			}
-		}
-		if !r.Restorable {
-			return cli.Exit(fmt.Sprintf("this host cannot restore %s:\n  %s", r.Image, strings.Join(r.Problems, "\n  ")), checkCannot)
-		}
-		if !cc.Bool("json") {
-			fmt.Printf("%s: this host can restore it\n", r.Image)
-			for _, n := range r.Notes {
-				fmt.Printf("  note: %s\n", n)
-			}
-		}
 		return nil
 	},
 }

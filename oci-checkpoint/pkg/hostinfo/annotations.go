@@ -58,7 +58,7 @@ func Check(a map[string]string, here Host) (problems []Problem, notes []string) 
 			flags[f] = true
 		}
 	}
-	h := rules.Host{CPUVendor: here.CPUVendor, CPUModel: here.CPUModel, CPUFlags: flags,
+	h := rules.Host{Arch: here.arch, CPUVendor: here.CPUVendor, CPUModel: here.CPUModel, CPUFlags: flags,
 		Kernel: here.Kernel, CRIU: here.CRIU, Driver: here.Driver}
 	for _, g := range here.GPUs {
 		h.GPUModels = append(h.GPUModels, g.Model)

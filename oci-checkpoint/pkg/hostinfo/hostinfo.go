@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"sort"
 	"strconv"
 	"strings"
@@ -51,6 +52,9 @@ type Host struct {
 	Driver   string `json:"nvidia_driver,omitempty"`
 	CUDA     string `json:"cuda_version,omitempty"`
 	GPUs     []GPU  `json:"gpus"`
+	// arch is the architecture as Go names it: this program's, which
+	// Read sets (runtime.GOARCH); tests set another.
+	arch string
 }
 
 // Proc is where /proc is read from; tests point it at a fake tree.
@@ -59,7 +63,7 @@ var Proc = "/proc"
 // Read gathers the host's facts. Missing parts (no GPU, no criu on PATH)
 // are left empty, not errors.
 func Read() Host {
-	var h Host
+	h := Host{arch: runtime.GOARCH}
 	h.CPUVendor, h.CPUModel, h.CPUFlags, h.allFlags = cpu(filepath.Join(Proc, "cpuinfo"))
 	var u unix.Utsname
 	if unix.Uname(&u) == nil {

@@ -84,11 +84,11 @@ func TestCheck(t *testing.T) {
 		{"same host", func(h *Host) {}, nil},
 		{"newer criu and driver", func(h *Host) { h.CRIU = "4.3"; h.Driver = "590.1" }, nil},
 		{"missing flag", func(h *Host) { h.CPUFlags = []string{"avx2"} }, []string{"lacks avx512f, amx_tile"}},
-		{"other vendor", func(h *Host) { h.CPUVendor = "AuthenticAMD" }, []string{"GenuineIntel CPU"}},
+		{"other vendor", func(h *Host) { h.CPUVendor = "AuthenticAMD" }, []string{"checkpointed on a GenuineIntel CPU (Xeon 8480+), this host has an AuthenticAMD CPU (Xeon 8480+): restore on a host with a GenuineIntel CPU"}},
 		{"older criu", func(h *Host) { h.CRIU = "4.1.1" }, []string{"CRIU 4.1.1 here is older than 4.2.1"}},
 		{"no criu", func(h *Host) { h.CRIU = "" }, []string{"criu is not on PATH"}},
 		{"older driver", func(h *Host) { h.Driver = "575.57.08" }, []string{"driver 575.57.08 here is older"}},
-		{"fewer gpus", func(h *Host) { h.GPUs = h.GPUs[:1] }, []string{"needs 2 GPUs, this host has 1"}},
+		{"fewer gpus", func(h *Host) { h.GPUs = h.GPUs[:1] }, []string{"needs 2 NVIDIA H200 GPUs, this host has 1: restore on a host with 2 or more"}},
 		{"no gpu", func(h *Host) { h.GPUs = nil }, []string{"no NVIDIA GPU"}},
 		{"other model", func(h *Host) {
 			h.GPUs = []GPU{{Model: "NVIDIA B200"}, {Model: "NVIDIA B200"}}

@@ -18,7 +18,7 @@ func TestRestoreRulesVector(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.Name, func(t *testing.T) {
 			vh := tc.Host
-			h := Host{CPUVendor: vh.CPUVendor, CPUFlags: vh.CPUFlags, CRIU: vh.CRIU, Driver: vh.Driver}
+			h := Host{arch: vh.Arch, CPUVendor: vh.CPUVendor, CPUFlags: vh.CPUFlags, CRIU: vh.CRIU, Driver: vh.Driver}
 			for _, m := range vh.GPUs {
 				h.GPUs = append(h.GPUs, GPU{Model: m})
 			}
