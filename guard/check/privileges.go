@@ -177,6 +177,16 @@ func Restore(dir *os.File, p *Process, config *configs.Config, lsmProfile string
 	if err := checkFs(dir, tasks, files); err != nil {
 		return err
 	}
+	if err := g.checkQueuedData(dir, files); err != nil {
+		return err
+	}
+	ttys, err := ttyKinds(dir)
+	if err != nil {
+		return err
+	}
+	if err := checkTtyData(dir, ttys); err != nil {
+		return err
+	}
 	if err := g.checkFileLocks(dir, tasks, files); err != nil {
 		return err
 	}
