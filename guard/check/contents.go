@@ -5,14 +5,19 @@
 package check
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 
+	bpfmapdata "github.com/checkpoint-restore/go-criu/v8/crit/images/bpfmap-data"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/memfd"
 	pipedata "github.com/checkpoint-restore/go-criu/v8/crit/images/pipe-data"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/siginfo"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/tty"
 	"github.com/moby/sys/capability"
 	"google.golang.org/protobuf/proto"
@@ -84,6 +89,93 @@ func checkTtyData(dir *os.File, ttys map[uint32]tty.TtyType) error {
 		if id := e.(*tty.TtyDataEntry).GetTtyId(); ttys[id] != tty.TtyType_PTY {
 			return fmt.Errorf("refusing to restore: checkpoint image tty-data.img: tty_id %d is no pseudo-terminal of tty-info.img", id)
 		}
+	}
+	return nil
+}
+
+// checkMemfds refuses a memfd owned by another user or group than the
+// process's, where the config does not give a root with CAP_CHOWN: CRIU
+// sets the owner and mode as root, and a memfd of root with the set-uid
+// bit is one a task could fexecve.
+func (g *grant) checkMemfds(dir *os.File) error {
+	entries, err := readImage(dir, "memfd.img", "MEMFD_INODE", &memfd.MemfdInodeEntry{})
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if g.uid == 0 && g.has(capability.CAP_CHOWN) {
+		return nil
+	}
+	for _, e := range entries {
+		m := e.(*memfd.MemfdInodeEntry)
+		if m.GetUid() != g.uid || !containsID(g.gids, m.GetGid()) {
+			return fmt.Errorf("refusing to restore: checkpoint image memfd.img: memfd %q is owned by %d:%d, not the config's user %d or its groups",
+				m.GetName(), m.GetUid(), m.GetGid(), g.uid)
+		}
+	}
+	return nil
+}
+
+// checkSignals refuses a pending signal that is no siginfo of a signal:
+// the restorer queues each to the task itself.
+func checkSignals(dir *os.File, tasks []*pstree.PstreeEntry) error {
+	var names []string
+	for _, t := range tasks {
+		names = append(names, fmt.Sprintf("signal-p-%d.img", t.GetPid()))
+		for _, tid := range t.GetThreads() {
+			names = append(names, fmt.Sprintf("signal-s-%d.img", tid))
+		}
+	}
+	for _, name := range names {
+		entries, err := readImage(dir, name, "SIGNAL", &siginfo.SignalQueueEntry{})
+		if errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			for i, s := range e.(*siginfo.SignalQueueEntry).GetSignals() {
+				b := s.GetSiginfo()
+				if len(b) != 128 || binary.NativeEndian.Uint32(b) < 1 || binary.NativeEndian.Uint32(b) > 64 {
+					return fmt.Errorf("refusing to restore: checkpoint image %s: signal %d is no siginfo of a signal", name, i)
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkBpfmapData refuses BPF map contents of no map of files.img (whose
+// maps need CAP_BPF); the data follows each entry.
+func checkBpfmapData(dir *os.File, files map[uint32]*fdinfo.FileEntry) error {
+	maps := map[uint32]bool{}
+	for _, f := range files {
+		if f.GetType() == fdinfo.FdTypes_BPFMAP {
+			maps[f.GetBpf().GetMapId()] = true
+		}
+	}
+	b, err := readImageBytes(dir, "bpfmap-data.img")
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	err = walkImage(b, "bpfmap-data.img", "BPFMAP_DATA", func(p []byte) (int, error) {
+		var e bpfmapdata.BpfmapDataEntry
+		if err := proto.Unmarshal(p, &e); err != nil {
+			return 0, err
+		}
+		if !maps[e.GetMapId()] {
+			return 0, fmt.Errorf("map_id %d is no BPF map of files.img", e.GetMapId())
+		}
+		return int(e.GetKeysBytes()) + int(e.GetValuesBytes()), nil
+	})
+	if err != nil {
+		return fmt.Errorf("refusing to restore: %w", err) // walkImage names the image
 	}
 	return nil
 }

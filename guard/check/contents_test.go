@@ -5,13 +5,18 @@
 package check
 
 import (
+	"encoding/binary"
 	"os"
 	"path/filepath"
 	"testing"
 
+	bpfmapdata "github.com/checkpoint-restore/go-criu/v8/crit/images/bpfmap-data"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fifo"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/memfd"
 	pipedata "github.com/checkpoint-restore/go-criu/v8/crit/images/pipe-data"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/siginfo"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/tty"
 	"google.golang.org/protobuf/proto"
 )
@@ -76,4 +81,61 @@ func TestCheckTtyData(t *testing.T) {
 			wantErr(t, checkTtyData(dir, map[uint32]tty.TtyType{7: tty.TtyType_PTY}), tc.err)
 		})
 	}
+}
+
+// CRIU sets a memfd's owner and mode as root: a non-root task gets only
+// memfds of its own user.
+func TestCheckMemfds(t *testing.T) {
+	inode := func(uid, gid, mode uint32) *memfd.MemfdInodeEntry {
+		return &memfd.MemfdInodeEntry{Name: proto.String("x"), Uid: proto.Uint32(uid), Gid: proto.Uint32(gid), Size: proto.Uint64(0),
+			Shmid: proto.Uint32(1), Seals: proto.Uint32(0), InodeId: proto.Uint64(1), Mode: proto.Uint32(mode)}
+	}
+	for _, tc := range []struct {
+		name string
+		uid  int
+		m    *memfd.MemfdInodeEntry
+		err  string
+	}{
+		{name: "the user's own", uid: 1000, m: inode(1000, 1000, 0o777)},
+		{name: "root's, set-uid, for user 1000", uid: 1000, m: inode(0, 0, 0o4755), err: `memfd "x" is owned by 0:0, not the config's user 1000`},
+		{name: "another group", uid: 1000, m: inode(1000, 0, 0o2755), err: "is owned by 1000:0"},
+		{name: "any owner for root", uid: 0, m: inode(0, 0, 0o4755)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := images(t, thread())
+			writeImage(t, dir.Name(), "memfd.img", "MEMFD_INODE", tc.m)
+			g, err := grantOf(&Process{UID: tc.uid, GID: tc.uid}, defaultConfig())
+			must(t, err)
+			wantErr(t, g.checkMemfds(dir), tc.err)
+		})
+	}
+}
+
+func TestCheckSignalsAndBpfmapData(t *testing.T) {
+	sig := func(signo uint32, size int) *siginfo.SignalQueueEntry {
+		b := make([]byte, size)
+		if size >= 4 {
+			binary.NativeEndian.PutUint32(b, signo)
+		}
+		return &siginfo.SignalQueueEntry{Signals: []*siginfo.SiginfoEntry{{Siginfo: b}}}
+	}
+	for _, tc := range []struct {
+		name string
+		q    *siginfo.SignalQueueEntry
+		err  string
+	}{
+		{name: "SIGUSR1 pending", q: sig(10, 128)},
+		{name: "signal 0", q: sig(0, 128), err: "signal-p-1.img: signal 0 is no siginfo of a signal"},
+		{name: "a short siginfo", q: sig(10, 16), err: "is no siginfo of a signal"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := images(t, thread())
+			writeImage(t, dir.Name(), "signal-p-1.img", "SIGNAL", tc.q)
+			wantErr(t, checkSignals(dir, []*pstree.PstreeEntry{{Pid: proto.Uint32(1), Threads: []uint32{1}}}), tc.err)
+		})
+	}
+	dir := images(t, thread())
+	taskFds(t, dir.Name(), nil, nil)
+	writeImage(t, dir.Name(), "bpfmap-data.img", "BPFMAP_DATA", &bpfmapdata.BpfmapDataEntry{MapId: proto.Uint32(5), KeysBytes: proto.Uint32(0), ValuesBytes: proto.Uint32(0), Count: proto.Uint32(0)})
+	wantErr(t, checkBpfmapData(dir, nil), "bpfmap-data.img: map_id 5 is no BPF map of files.img")
 }

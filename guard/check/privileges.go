@@ -187,6 +187,15 @@ func Restore(dir *os.File, p *Process, config *configs.Config, lsmProfile string
 	if err := checkTtyData(dir, ttys); err != nil {
 		return err
 	}
+	if err := g.checkMemfds(dir); err != nil {
+		return err
+	}
+	if err := checkSignals(dir, tasks); err != nil {
+		return err
+	}
+	if err := checkBpfmapData(dir, files); err != nil {
+		return err
+	}
 	if err := g.checkFileLocks(dir, tasks, files); err != nil {
 		return err
 	}
