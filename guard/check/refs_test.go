@@ -5,6 +5,8 @@
 package check
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
@@ -96,9 +98,13 @@ func TestCheckTreeAndPagemaps(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		entries []*pagemap.PagemapEntry
+		pages   int // in pages-1.img
 		err     string
 	}{
-		{name: "pages in order", entries: []*pagemap.PagemapEntry{entry(0x400000, 2), entry(0x600000, 1)}},
+		{name: "pages in order", entries: []*pagemap.PagemapEntry{entry(0x400000, 2), entry(0x600000, 1)}, pages: 3},
+		{name: "a pages image short of its map", entries: []*pagemap.PagemapEntry{entry(0x400000, 2), entry(0x600000, 1)}, pages: 2,
+			err: "checkpoint image pages-1.img holds 8192 bytes, fewer than the 3 pages pagemap-1.img says are there"},
+		{name: "pages in the parent", entries: []*pagemap.PagemapEntry{{Vaddr: proto.Uint64(0x400000), CompatNrPages: proto.Uint32(2), InParent: proto.Bool(true)}}},
 		{name: "a byte off a page", entries: []*pagemap.PagemapEntry{entry(0x400001, 1)}, err: "pagemap-1.img: entry at 0x400001 is not on a page boundary"},
 		{name: "overlapping", entries: []*pagemap.PagemapEntry{entry(0x400000, 2), entry(0x401000, 1)}, err: "below the end of the one before it"},
 		{name: "no pages", entries: []*pagemap.PagemapEntry{entry(0x400000, 0)}, err: "has 0 pages"},
@@ -111,6 +117,7 @@ func TestCheckTreeAndPagemaps(t *testing.T) {
 				m = append(m, e)
 			}
 			writeImage(t, dir.Name(), "pagemap-1.img", "PAGEMAP", m...)
+			must(t, os.WriteFile(filepath.Join(dir.Name(), "pages-1.img"), make([]byte, tc.pages*4096), 0o600))
 			err := checkPagemaps(dir, []*pstree.PstreeEntry{task(1, 0)})
 			wantErr(t, err, tc.err)
 		})
@@ -152,4 +159,12 @@ func TestCheckMm(t *testing.T) {
 			wantErr(t, err, tc.err)
 		})
 	}
+}
+
+// Shared memory's maps are read as the tasks' are.
+func TestCheckPagemapsShmem(t *testing.T) {
+	dir := images(t, thread())
+	writeImage(t, dir.Name(), "pagemap-shmem-5.img", "PAGEMAP", &pagemap.PagemapHead{PagesId: proto.Uint32(9)},
+		&pagemap.PagemapEntry{Vaddr: proto.Uint64(0x10), CompatNrPages: proto.Uint32(1)})
+	wantErr(t, checkPagemaps(dir, nil), "pagemap-shmem-5.img: entry at 0x10 is not on a page boundary")
 }

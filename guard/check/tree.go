@@ -8,11 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
 	mmimg "github.com/checkpoint-restore/go-criu/v8/crit/images/mm"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pagemap"
 	"github.com/checkpoint-restore/go-criu/v8/crit/images/pstree"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -49,13 +51,31 @@ func checkTree(tasks []*pstree.PstreeEntry) error {
 	return nil
 }
 
-// checkPagemaps refuses a task memory map that is not whole pages in
-// ascending order: CRIU maps and fills each entry's pages where it says,
-// and one a byte off a page boundary hangs the restore.
+// checkPagemaps refuses a memory map that is not whole pages in
+// ascending order, or whose pages image holds fewer pages than it says
+// are there: CRIU maps and fills each entry's pages where it says (one a
+// byte off a page boundary hung the restore), from the pages image the
+// map's head names. The tasks' maps and those of shared memory are read.
 func checkPagemaps(dir *os.File, tasks []*pstree.PstreeEntry) error {
-	page := uint64(os.Getpagesize())
+	var names []string
 	for _, t := range tasks {
-		name := fmt.Sprintf("pagemap-%d.img", t.GetPid())
+		names = append(names, fmt.Sprintf("pagemap-%d.img", t.GetPid()))
+	}
+	d, err := openDirAgain(dir)
+	if err != nil {
+		return err
+	}
+	all, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, n := range all {
+		if strings.HasPrefix(n, "pagemap-shmem-") {
+			names = append(names, n)
+		}
+	}
+	for _, name := range names {
 		b, err := readImageBytes(dir, name)
 		if errors.Is(err, os.ErrNotExist) {
 			continue // a zombie, or no memory dumped
@@ -63,36 +83,68 @@ func checkPagemaps(dir *os.File, tasks []*pstree.PstreeEntry) error {
 		if err != nil {
 			return err
 		}
-		var end uint64
-		first := true
-		err = walkImage(b, name, "PAGEMAP", func(p []byte) (int, error) {
-			if first { // pagemap_head: the pages image's id
-				first = false
-				return 0, proto.Unmarshal(p, &pagemap.PagemapHead{})
-			}
-			var e pagemap.PagemapEntry
-			if err := proto.Unmarshal(p, &e); err != nil {
-				return 0, err
-			}
-			n := e.GetNrPages()
-			if n == 0 {
-				n = uint64(e.GetCompatNrPages())
-			}
-			va := e.GetVaddr()
-			switch {
-			case va%page != 0:
-				return 0, fmt.Errorf("entry at %#x is not on a page boundary", va)
-			case n == 0 || n > (^uint64(0)-va)/page:
-				return 0, fmt.Errorf("entry at %#x has %d pages", va, n)
-			case va < end:
-				return 0, fmt.Errorf("entry at %#x is below the end of the one before it, %#x", va, end)
-			}
-			end = va + n*page
-			return 0, nil
-		})
-		if err != nil {
-			return fmt.Errorf("refusing to restore: %w", err) // walkImage names the image
+		if err := checkPagemap(dir, name, b); err != nil {
+			return fmt.Errorf("refusing to restore: %w", err)
 		}
+	}
+	return nil
+}
+
+// CRIU's pagemap flags (criu/include/pagemap.h).
+const (
+	pageParent  = 1 << 0
+	pagePresent = 1 << 2
+)
+
+func checkPagemap(dir *os.File, name string, b []byte) error {
+	page := uint64(os.Getpagesize())
+	var end, present uint64
+	var head *pagemap.PagemapHead
+	err := walkImage(b, name, "PAGEMAP", func(p []byte) (int, error) {
+		if head == nil { // pagemap_head: the pages image's id
+			head = &pagemap.PagemapHead{}
+			return 0, proto.Unmarshal(p, head)
+		}
+		var e pagemap.PagemapEntry
+		if err := proto.Unmarshal(p, &e); err != nil {
+			return 0, err
+		}
+		n := e.GetNrPages()
+		if n == 0 {
+			n = uint64(e.GetCompatNrPages())
+		}
+		va := e.GetVaddr()
+		switch {
+		case va%page != 0:
+			return 0, fmt.Errorf("entry at %#x is not on a page boundary", va)
+		case n == 0 || n > (^uint64(0)-va)/page:
+			return 0, fmt.Errorf("entry at %#x has %d pages", va, n)
+		case va < end:
+			return 0, fmt.Errorf("entry at %#x is below the end of the one before it, %#x", va, end)
+		}
+		end = va + n*page
+		// As CRIU reads an image written before the flags were.
+		flags := e.GetFlags()
+		if e.GetInParent() {
+			flags |= pageParent
+		} else if e.Flags == nil {
+			flags = pagePresent
+		}
+		if flags&pagePresent != 0 {
+			present += n
+		}
+		return 0, nil
+	})
+	if err != nil || present == 0 {
+		return err
+	}
+	pages := fmt.Sprintf("pages-%d.img", head.GetPagesId())
+	var st unix.Stat_t
+	if err := unix.Fstatat(int(dir.Fd()), pages, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return fmt.Errorf("checkpoint image %s names %s: %w", name, pages, err)
+	}
+	if uint64(st.Size) < present*page {
+		return fmt.Errorf("checkpoint image %s holds %d bytes, fewer than the %d pages %s says are there", pages, st.Size, present, name)
 	}
 	return nil
 }
