@@ -179,3 +179,33 @@ func checkBpfmapData(dir *os.File, files map[uint32]*fdinfo.FileEntry) error {
 	}
 	return nil
 }
+
+// checkTcpStreams refuses a TCP stream image of no socket of files.img:
+// CRIU names each tcp-stream-INO.img by its socket's inode (sk-tcp.c).
+func checkTcpStreams(dir *os.File, files map[uint32]*fdinfo.FileEntry) error {
+	socks := map[uint64]bool{}
+	for _, f := range files {
+		if f.GetType() == fdinfo.FdTypes_INETSK {
+			socks[uint64(f.GetIsk().GetIno())] = true
+		}
+	}
+	d, err := openDirAgain(dir)
+	if err != nil {
+		return err
+	}
+	names, err := d.Readdirnames(-1)
+	d.Close()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		hex, ok := strings.CutPrefix(name, "tcp-stream-")
+		if !ok {
+			continue
+		}
+		if ino, err := strconv.ParseUint(strings.TrimSuffix(hex, ".img"), 16, 32); err != nil || !socks[ino] {
+			return fmt.Errorf("refusing to restore: checkpoint image %s is the stream of no socket of files.img", name)
+		}
+	}
+	return nil
+}

@@ -111,7 +111,7 @@ func TestCheckMemfds(t *testing.T) {
 	}
 }
 
-func TestCheckSignalsAndBpfmapData(t *testing.T) {
+func TestCheckSignalsStreamsAndBpfmapData(t *testing.T) {
 	sig := func(signo uint32, size int) *siginfo.SignalQueueEntry {
 		b := make([]byte, size)
 		if size >= 4 {
@@ -132,6 +132,22 @@ func TestCheckSignalsAndBpfmapData(t *testing.T) {
 			dir := images(t, thread())
 			writeImage(t, dir.Name(), "signal-p-1.img", "SIGNAL", tc.q)
 			wantErr(t, checkSignals(dir, []*pstree.PstreeEntry{{Pid: proto.Uint32(1), Threads: []uint32{1}}}), tc.err)
+		})
+	}
+	for _, tc := range []struct {
+		name, image string
+		err         string
+	}{
+		{name: "a TCP socket's stream", image: "tcp-stream-3e8.img"},
+		{name: "the stream of no socket", image: "tcp-stream-3e9.img", err: "tcp-stream-3e9.img is the stream of no socket of files.img"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := images(t, thread())
+			taskFds(t, dir.Name(), []*fdinfo.FileEntry{file(fdinfo.FdTypes_INETSK, 1000)}, nil)
+			must(t, os.WriteFile(filepath.Join(dir.Name(), tc.image), nil, 0o600))
+			byID, err := filesByID(dir)
+			must(t, err)
+			wantErr(t, checkTcpStreams(dir, byID), tc.err)
 		})
 	}
 	dir := images(t, thread())

@@ -62,7 +62,7 @@ var imageFiles = []imageFile{
 	{name: "pipes-data.img", reader: "checkQueuedData", why: "pipe contents: a pipe of files.img, no larger than a task could make"},
 	{name: "fifo-data.img", reader: "checkQueuedData", why: "FIFO contents: a FIFO of files.img, no larger than a task could make"},
 	{name: "sk-queues.img", reader: "readQueues", why: "socket queues: the descriptors in flight"},
-	{name: "tcp-stream-N.img", why: "TCP connection state"},
+	{name: "tcp-stream-N.img", reader: "checkTcpStreams", why: "TCP connection state of a socket of files.img"},
 	{name: "tty-info.img", reader: "ttyKinds", why: "tty kinds"},
 	{name: "tty-data.img", reader: "checkTtyData", why: "pty contents: a pseudo-terminal of tty-info.img"},
 	{name: "filelocks.img", reader: "checkFileLocks", why: "locks and leases on the tasks' files"},

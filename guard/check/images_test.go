@@ -35,10 +35,10 @@ func TestCheckRestorePrivilegesImageFiles(t *testing.T) {
 		{name: "what a dump holds", add: func(t *testing.T, dir string) {
 			writeImage(t, dir, "pagemap-1.img", "PAGEMAP", &pagemap.PagemapHead{PagesId: proto.Uint32(1)},
 				&pagemap.PagemapEntry{Vaddr: proto.Uint64(0x400000), CompatNrPages: proto.Uint32(2)})
-			writeImage(t, dir, "files.img", "FILES", regEntry(1, "/bin/engine"))
+			writeImage(t, dir, "files.img", "FILES", regEntry(1, "/bin/engine"), file(fdinfo.FdTypes_INETSK, 0x3f2))
 			writeImage(t, dir, "mm-1.img", "MM", mmOf(1, [2]uint64{0x400000, 0x402000}))
 			must(t, os.WriteFile(filepath.Join(dir, "pages-1.img"), make([]byte, 2*4096), 0o600))
-			for _, n := range []string{ "ghost-file-1a.img", "tcp-stream-3f2.img",
+			for _, n := range []string{"ghost-file-1a.img", "tcp-stream-3f2.img",
 				"tmpfs-dev-46.tar.gz.img", "stats-dump", "descriptors.json", "utsns-12.img", "ipcns-var-11.img", "timens-0.img"} {
 				must(t, os.WriteFile(filepath.Join(dir, n), nil, 0o600))
 			}

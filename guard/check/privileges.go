@@ -193,6 +193,9 @@ func Restore(dir *os.File, p *Process, config *configs.Config, lsmProfile string
 	if err := checkSignals(dir, tasks); err != nil {
 		return err
 	}
+	if err := checkTcpStreams(dir, files); err != nil {
+		return err
+	}
 	if err := checkBpfmapData(dir, files); err != nil {
 		return err
 	}
