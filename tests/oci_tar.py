@@ -93,11 +93,12 @@ def read(path):
     return index, archive
 
 
-def edit_layer(src, dst, name, edit):
+def edit_layer(src, dst, name, edit, add=None):
     """Write the archive SRC again to DST, as image NAME, with the first
     layer of its first manifest rewritten: EDIT(member name, bytes) returns
-    the bytes of each regular file. The config's diff ID follows the new
-    layer, which keeps the old one's media type and annotations."""
+    the bytes of each regular file, and ADD (member name: bytes) appends
+    regular files. The config's diff ID follows the new layer, which keeps
+    the old one's media type and annotations."""
     index, a = read(src)
     desc = index["manifests"][0]
     man = a.get_json(desc["digest"])
@@ -111,6 +112,10 @@ def edit_layer(src, dst, name, edit):
                 data = edit(m.name, inp.extractfile(m).read())
                 m.size = len(data)
             out.addfile(m, io.BytesIO(data) if data is not None else None)
+        for n, data in (add or {}).items():
+            m = tarfile.TarInfo(n)
+            m.size, m.mode = len(data), 0o600
+            out.addfile(m, io.BytesIO(data))
     new = a.add(buf.getvalue(), old.get("mediaType"))
     cfg = a.get_json(man["config"]["digest"])
     cfg["rootfs"]["diff_ids"] = [new["digest"] if d == old["digest"] else d for d in cfg["rootfs"]["diff_ids"]]

@@ -584,6 +584,65 @@ resident() { fincore --raw --noheadings --output PAGES "$1"; }
 	! pgrep -f "runc.*restore.*h1" >/dev/null || die "runc's restore is still running"
 }
 
+@test "nerdctl run: a checkpoint image whose filelocks.img holds a lease on a root-owned bound file, restored as uid 1000 without CAP_LEASE, is refused" {
+	local port image=rekindle.local/ckpt:hostile-lease dir=$BATS_TEST_TMPDIR/x host=$BATS_TEST_TMPDIR/host core pid
+	mkdir -p "$host" "$dir/img"
+	echo weights >"$host/file"
+	port=$(free_port)
+	# Without capabilities, so that the restore's seccomp profile (which
+	# follows the capabilities) is the checkpoint's.
+	start_engine src "$port" --cap-drop ALL -v "$host:/data:ro"
+	ocicp create -q --output "oci-archive:$BATS_TEST_TMPDIR/good.tar" src rekindle.local/ckpt:good
+	run_nerdctl rm -f src
+
+	# The checkpoint as a registry could serve it: its tasks those of uid
+	# 1000, its root task holding /data/file at fd 50
+	# with a read lease on it.
+	oci_python - "$BATS_TEST_TMPDIR/good.tar" "$dir/img" <<-'PY' || die "extracting the checkpoint's images"
+		import io, os, sys, tarfile
+		import oci_tar
+		index, a = oci_tar.read(sys.argv[1])
+		man = a.get_json(index["manifests"][0]["digest"])
+		layer = tarfile.open(fileobj=io.BytesIO(a.get(man["layers"][0]["digest"])))
+		for m in layer.getmembers():
+		    n = m.name.split("/")[-1]
+		    if m.isfile() and m.name.startswith("checkpoint/") and not n.startswith("pages-"):
+		        open(os.path.join(sys.argv[2], n), "wb").write(layer.extractfile(m).read())
+	PY
+	root_file "$dir/img" /data/file 50 0
+	for core in "$dir"/img/core-*.img; do
+		craft "$core" "
+c = d['entries'][0]['thread_core']['creds']
+for k in ('uid', 'gid', 'euid', 'egid', 'suid', 'sgid', 'fsuid', 'fsgid'):
+    c[k] = 1000
+c['cap_prm'] = c['cap_eff'] = c['cap_inh'] = [0, 0]
+c['groups'], c['cap_bnd'] = [], [0, 0]
+"
+	done
+	pid=$(python3 -c 'import json, subprocess, sys
+print(json.loads(subprocess.check_output([sys.argv[1], "decode", "-i", sys.argv[2]]))["entries"][0]["pid"])' "$BIN/crit" "$dir/img/pstree.img")
+	printf '{"magic": "FILE_LOCKS", "entries": [{"flag": 8, "type": 0, "pid": %d, "fd": 50, "start": 0, "len": 0}]}' "$pid" >"$dir/locks.json"
+	"$BIN/crit" encode -i "$dir/locks.json" -o "$dir/img/filelocks.img" || die "crit encode filelocks.img"
+	oci_python - "$BATS_TEST_TMPDIR/good.tar" "$dir/img" "$dir/hostile.tar" "$image" <<-'PY' || die "writing the crafted image"
+		import os, sys
+		import oci_tar
+		src, img, dst, name = sys.argv[1:5]
+		def edit(n, data):
+		    p = os.path.join(img, n.split("/")[-1])
+		    return open(p, "rb").read() if n.startswith("checkpoint/") and os.path.exists(p) else data
+		oci_tar.edit_layer(src, dst, name, edit, add={"checkpoint/filelocks.img": open(os.path.join(img, "filelocks.img"), "rb").read()})
+	PY
+	run_nerdctl load -i "$dir/hostile.tar"
+
+	run_nerdctl 1 run -d --name h1 --user 1000:1000 --cap-drop ALL -v "$host:/data:ro" -p "127.0.0.1:$(free_port):30000" "$image"
+	[[ $output == *"refusing to restore: checkpoint image filelocks.img: entry 0"*"is a lease on file 9999 (/data/file), owned by uid 0"* ]] ||
+		die "the error does not name the entry, the file and its owner: $output"
+	run cat /proc/locks
+	[[ $output != *LEASE* ]] || die "a lease is held after the refused restore: $output"
+	run_ctr task ls
+	! grep -q RUNNING <<<"$output" || die "a task runs after a refused restore: $output"
+}
+
 @test "nerdctl run: a checkpoint image whose compressed pages image claims less than a frame holds is refused before CRIU, naming the file and frame" {
 	local port image=rekindle.local/ckpt:hostile-pages dir=$BATS_TEST_TMPDIR/x
 	port=$(free_port)

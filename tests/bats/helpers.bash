@@ -382,10 +382,10 @@ json.dump(d, open(sys.argv[1], 'w'))" "$img.json" || die "crafting $img"
 	rm "$img.json"
 }
 
-# root_file IMG NAME FD: add to IMG a regular file NAME of the rootfs that
-# the root task holds at FD.
+# root_file IMG NAME FD [FLAGS]: add to IMG a regular file NAME of the rootfs
+# that the root task holds at FD, opened with FLAGS (2, O_RDWR, by default).
 root_file() {
-	local img=$1 name=$2 fd=$3 files
+	local img=$1 name=$2 fd=$3 flags=${4:-2} files
 	files=$(python3 -c 'import json, subprocess, sys
 tree = json.loads(subprocess.check_output([sys.argv[1], "decode", "-i", sys.argv[2] + "/pstree.img"]))
 ids = json.loads(subprocess.check_output([sys.argv[1], "decode", "-i", "%s/ids-%d.img" % (sys.argv[2], tree["entries"][0]["pid"])]))
@@ -393,7 +393,7 @@ print(ids["entries"][0]["files_id"])' "$BIN/crit" "$img") || die "reading the ro
 	craft "$img/files.img" "
 root = min(e['reg']['mnt_id'] for e in d['entries'] if e.get('reg', {}).get('name') == '/')
 own = {'uid': 0, 'euid': 0, 'signum': 0, 'pid_type': 0, 'pid': 0}
-d['entries'].append({'type': 'REG', 'id': 9999, 'reg': {'id': 9999, 'flags': 2, 'pos': '0', 'fown': own,
+d['entries'].append({'type': 'REG', 'id': 9999, 'reg': {'id': 9999, 'flags': $flags, 'pos': '0', 'fown': own,
 	'name': '$name', 'mnt_id': root, 'mode': 0o100644}})
 "
 	craft "$img/fdinfo-$files.img" "d['entries'].append({'id': 9999, 'flags': 0, 'type': 'REG', 'fd': $fd})"
