@@ -189,12 +189,7 @@ func checkTcpStreams(dir *os.File, files map[uint32]*fdinfo.FileEntry) error {
 			socks[uint64(f.GetIsk().GetIno())] = true
 		}
 	}
-	d, err := openDirAgain(dir)
-	if err != nil {
-		return err
-	}
-	names, err := d.Readdirnames(-1)
-	d.Close()
+	names, err := imageNames(dir)
 	if err != nil {
 		return err
 	}

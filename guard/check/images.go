@@ -101,16 +101,10 @@ var imageFileRe = func() *regexp.Regexp {
 // check, or anything but regular files: CRIU follows a symlink where it
 // opens an image or writes its log and statistics.
 func checkImageFiles(dir *os.File) error {
-	d, err := openDirAgain(dir)
+	names, err := imageNames(dir)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return fmt.Errorf("listing the checkpoint images: %w", err)
-	}
-	slices.Sort(names)
 	for _, name := range names {
 		var st unix.Stat_t
 		if err := unix.Fstatat(int(dir.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
@@ -125,6 +119,21 @@ func checkImageFiles(dir *os.File) error {
 		}
 	}
 	return nil
+}
+
+// imageNames lists the image folder, sorted.
+func imageNames(dir *os.File) ([]string, error) {
+	d, err := openDirAgain(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(-1)
+	if err != nil {
+		return nil, fmt.Errorf("listing the checkpoint images: %w", err)
+	}
+	slices.Sort(names)
+	return names, nil
 }
 
 // openDirAgain opens dir anew, so that listing it moves no offset CRIU
@@ -205,16 +214,10 @@ var iptablesTables = []string{"filter", "nat", "mangle", "raw", "security"}
 // targets choose which kernel modules load. Tables of built-in chains
 // with their policies pass.
 func checkNetfilter(dir *os.File) error {
-	d, err := openDirAgain(dir)
+	names, err := imageNames(dir)
 	if err != nil {
 		return err
 	}
-	defer d.Close()
-	names, err := d.Readdirnames(-1)
-	if err != nil {
-		return err
-	}
-	slices.Sort(names)
 	for _, name := range names {
 		var err error
 		switch {

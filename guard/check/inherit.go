@@ -40,8 +40,7 @@ func Inherits(dir *os.File, others []*criurpc.InheritFd) ([]*criurpc.InheritFd, 
 	if err != nil {
 		return nil, err
 	}
-	name := fmt.Sprintf("fdinfo-%d.img", ids.GetFilesId())
-	fds, err := readImage(dir, name, "FDINFO", &fdinfo.FdinfoEntry{})
+	_, fds, err := readFdinfo(dir, ids.GetFilesId())
 	if err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, err
 	}
@@ -50,8 +49,7 @@ func Inherits(dir *os.File, others []*criurpc.InheritFd) ([]*criurpc.InheritFd, 
 		return nil, err
 	}
 	var stdio []*criurpc.InheritFd
-	for _, e := range fds {
-		fd := e.(*fdinfo.FdinfoEntry)
+	for _, fd := range fds {
 		f := files[fd.GetId()]
 		if fd.GetFd() > 2 || f.GetType() != fdinfo.FdTypes_PIPE || fd.GetType() != fdinfo.FdTypes_PIPE {
 			continue

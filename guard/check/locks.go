@@ -95,12 +95,12 @@ func taskFile(dir *os.File, tasks []*pstree.PstreeEntry, files map[uint32]*fdinf
 		if err != nil {
 			return nil, err
 		}
-		fds, err := readImage(dir, fmt.Sprintf("fdinfo-%d.img", ids.GetFilesId()), "FDINFO", &fdinfo.FdinfoEntry{})
+		_, fds, err := readFdinfo(dir, ids.GetFilesId())
 		if err != nil {
 			return nil, err
 		}
-		for _, e := range fds {
-			if d := e.(*fdinfo.FdinfoEntry); int64(d.GetFd()) == int64(fd) {
+		for _, d := range fds {
+			if int64(d.GetFd()) == int64(fd) {
 				if f := files[d.GetId()]; f != nil {
 					return f, nil
 				}

@@ -7,6 +7,7 @@ package check
 import (
 	"errors"
 	"fmt"
+	"github.com/checkpoint-restore/go-criu/v8/crit/images/fdinfo"
 	"os"
 
 	criucore "github.com/checkpoint-restore/go-criu/v8/crit/images/criu-core"
@@ -73,4 +74,16 @@ func checkTaskNamespaces(dir *os.File, tasks []*pstree.PstreeEntry) error {
 		}
 	}
 	return nil
+}
+
+// readFdinfo reads fdinfo-ID.img, the descriptors of the tasks whose
+// files_id is id; it returns the image's name for errors.
+func readFdinfo(dir *os.File, id uint32) (string, []*fdinfo.FdinfoEntry, error) {
+	name := fmt.Sprintf("fdinfo-%d.img", id)
+	entries, err := readImage(dir, name, "FDINFO", &fdinfo.FdinfoEntry{})
+	fds := make([]*fdinfo.FdinfoEntry, len(entries))
+	for i, e := range entries {
+		fds[i] = e.(*fdinfo.FdinfoEntry)
+	}
+	return name, fds, err
 }

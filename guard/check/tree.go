@@ -61,12 +61,7 @@ func checkPagemaps(dir *os.File, tasks []*pstree.PstreeEntry) error {
 	for _, t := range tasks {
 		names = append(names, fmt.Sprintf("pagemap-%d.img", t.GetPid()))
 	}
-	d, err := openDirAgain(dir)
-	if err != nil {
-		return err
-	}
-	all, err := d.Readdirnames(-1)
-	d.Close()
+	all, err := imageNames(dir)
 	if err != nil {
 		return err
 	}

@@ -125,12 +125,12 @@ func heldFiles(dir *os.File, tasks []*pstree.PstreeEntry) (map[uint32]bool, erro
 			continue
 		}
 		seen[ids.GetFilesId()] = true
-		fds, err := readImage(dir, fmt.Sprintf("fdinfo-%d.img", ids.GetFilesId()), "FDINFO", &fdinfo.FdinfoEntry{})
+		_, fds, err := readFdinfo(dir, ids.GetFilesId())
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
-		for _, e := range fds {
-			held[e.(*fdinfo.FdinfoEntry).GetId()] = true
+		for _, fd := range fds {
+			held[fd.GetId()] = true
 		}
 	}
 	queued, err := readQueues(dir)
