@@ -71,6 +71,7 @@ UNIT_TESTS += test-cuda-checkpoint
 -include oci-checkpoint/oci-checkpoint.mk
 -include docs/diagram/diagram.mk
 -include bench/bench.mk
+-include kubernetes/kubernetes.mk
 
 build: stack $(BUILD_EXTRA) ## build the whole stack, our tools and the images into build/
 stack: $(STACK)
@@ -201,7 +202,7 @@ test-ansible: ## the containerd role's drop-in template against its key list (pl
 	cd ansible/roles/containerd && python3 -B -m unittest test_dropin
 UNIT_TESTS += test-ansible
 
-test: build ## build, then run every test (CPU; GPU tests skip without a GPU)
+test: build kubernetes ## build, then run every test (CPU; GPU tests skip without a GPU)
 	REKINDLE_UNIT_TESTS="$(UNIT_TESTS)" tests/run.sh
 
 # The hostile-image fuzzer (tests/fuzz/fuzz-images.py), longer than 475's

@@ -50,3 +50,15 @@ BASE_SUITE          := bookworm
 CRITOOLS_MODULE     := sigs.k8s.io/cri-tools
 CRITOOLS_VERSION    := v1.34.0
 CRITOOLS_SUM        := h1:KqL9EJ+WgHtz1HR1exezm91n+o8O2uMLs/eHzHJHAWw=
+
+# A single-node Kubernetes for the kubelet tests (tests/bats/340-kubernetes.bats),
+# built by kubernetes/kubernetes.mk. k8s.io/kubernetes's module zip leaves
+# out its staging modules, which are published on their own at
+# KUBERNETES_STAGING (v0.N.M for v1.N.M); etcd is the API server's store.
+KUBERNETES_MODULE   := k8s.io/kubernetes
+KUBERNETES_VERSION  := v1.36.3
+KUBERNETES_SUM      := h1:qDQdoMiluAE2Eab6Fa52YV+WjiGz9mZFFoagEA6cI+o=
+KUBERNETES_STAGING  := v0.36.3
+ETCD_MODULE         := go.etcd.io/etcd/server/v3
+ETCD_VERSION        := v3.6.16
+ETCD_SUM            := h1:sLkpvz3RFtiNd/yPrZBKz5kT+XO1ZJkhmuUJeqc7OmA=

@@ -22,8 +22,12 @@ import (
 const nerdctlNameLabel = "nerdctl/name"
 
 // FindContainer resolves ref as a container ID, a nerdctl name or a unique
-// ID prefix, as nerdctl does.
+// ID prefix, as nerdctl does, or as NAMESPACE/POD/CONTAINER, a Kubernetes
+// pod's container.
 func FindContainer(ctx context.Context, c *client.Client, ref string) (client.Container, error) {
+	if ctr, ok, err := findPodContainer(ctx, c, ref); ok {
+		return ctr, err
+	}
 	if ctr, err := c.LoadContainer(ctx, ref); err == nil {
 		return ctr, nil
 	} else if !errdefs.IsNotFound(err) {
