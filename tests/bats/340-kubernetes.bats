@@ -54,8 +54,18 @@ assert_restored() {
 	pod=$(pods_of src)
 	record_pod "$pod"
 
-	run_cmd "$BIN/oci-checkpoint" --address "$RK_DIR/containerd.sock" -n k8s.io create --port 30000 \
-		"default/$pod/engine" "$CKPT"
+	# Two images for a node that cannot restore them (the CPU flags they
+	# record name avx9000, which no CPU has), with and without a cold
+	# fallback; the engine runs on after each (--leave-running).
+	local f tar=$BATS_FILE_TMPDIR/ckpt.tar
+	for f in cold none; do
+		run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port 30000 --leave-running --fallback "$f" \
+			--output "oci-archive:$tar" "default/$pod/engine" "rekindle.local/engine:avx9000-$f"
+		needs_avx9000 "$tar" "$tar.new" "rekindle.local/engine:avx9000-$f"
+		run_cmd k8s_ctr images import "$tar.new"
+		rm -f "$tar" "$tar.new"
+	done
+	run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port 30000 "default/$pod/engine" "$CKPT"
 	run_cmd "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" -n k8s.io push --insecure-registry "$CKPT"
 	kube_do delete deployment src --wait
 	wait_for "the pods of src to go" 60 no_pods src
@@ -82,7 +92,7 @@ load_recorded() {
 	[[ $output == *"weights loaded"* ]] || die "kubectl logs $pod shows nothing the restored engine wrote"
 	local state
 	state=$(at "$pod" GET '/state?verify=1')
-	weights_intact - "$pod" "$KBIN/kubectl" --kubeconfig "$RK_DIR/kube/kubeconfig" exec <<<"$state"
+	weights_intact - "$pod" kube_exec <<<"$state"
 	local lport pf
 	lport=$(free_port)
 	"$KBIN/kubectl" --kubeconfig "$RK_DIR/kube/kubeconfig" port-forward "pod/$pod" "$lport:30000" \
@@ -117,11 +127,10 @@ load_recorded() {
 	ready_replicas engine 3 || skip "the scale-up test did not leave 3 replicas"
 	kube_do scale deployment engine --replicas 0
 	wait_for "the pods of engine to go" 120 no_pods engine
-	# Only the sandboxes of no pod, no containers, no engine process.
-	run_cmd cri ps -a -q
-	is "$output" "" "CRI containers left"
-	run_cmd cri pods -q
-	is "$output" "" "pod sandboxes left"
+	# The kubelet removes a gone pod's containers and sandbox in its
+	# garbage collection, once a minute.
+	no_cri() { [ -z "$(cri ps -a -q)" ] && [ -z "$(cri pods -q)" ]; }
+	wait_for "the kubelet to remove the pods' containers and sandboxes" 120 no_cri
 	[ -z "$(pids_with_env ENGINE_PORT=30000)" ] || die "engine processes left: $(pids_with_env ENGINE_PORT=30000)"
 	# Addresses: host-local keeps one file per allocated address.
 	run ls "$RK_DIR/kube/cni-ipam/rekindle-kube"
@@ -151,6 +160,8 @@ pids_with_env() {
 	local other=rekindle.other/engine:ckpt
 	run_cmd "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" -n k8s.io pull --insecure-registry "$CKPT"
 	run_cmd k8s_ctr images tag "$CKPT" "$other"
+	# The policy matches every name of the image: only the other one is left.
+	run_cmd k8s_ctr images rm "$CKPT"
 	deployment refused "$other" 1 Never
 	local pod
 	wait_for "a pod of refused" 60 pods_of refused
@@ -164,4 +175,54 @@ pids_with_env() {
 	is "$output" "" "containers created for $pod"
 	kube_do delete deployment refused --wait
 	run_cmd k8s_ctr images rm "$other"
+}
+
+@test "kubelet: an image this node cannot restore, made with --fallback cold, starts cold in its pod, annotated so" {
+	load_recorded
+	local image=rekindle.local/engine:avx9000-cold pod id info
+	deployment cold "$image" 1 Never
+	wait_for "Deployment cold ready" 120 ready_replicas cold 1
+	pod=$(pods_of cold)
+	id=$(container_id "$pod")
+	[ "$(at "$pod" GET /state | jq -r .start_time)" != "$E_START" ] || die "the engine was restored, not started cold"
+	is "$(at "$pod" POST /generate "$PROMPT" | jq -r .text)" "$E_TEXT" "the cold engine's greedy output"
+	info=$(cri inspect "$id")
+	is "$(jq -r .status.annotations.restored <<<"$info")" false "restored annotation"
+	is "$(jq -r .status.annotations.restoreFallback <<<"$info")" cold "restoreFallback annotation"
+	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000.*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
+	kube_do delete deployment cold --wait
+}
+
+@test "kubelet: an image this node cannot restore, made without a fallback, never runs; the pod's events give the reason" {
+	load_recorded
+	local pod
+	deployment nocold rekindle.local/engine:avx9000-none 1 Never
+	wait_for "a pod of nocold" 60 pods_of nocold
+	pod=$(pods_of nocold)
+	why() { events_of "$pod" | grep -q "cannot be restored on this host: this host's CPU lacks avx9000"; }
+	wait_for "an event of $pod with the reason" 60 why
+	events_of "$pod" | grep avx9000 | head -1 >&2
+	is "$(kubectl get pod "$pod" -o jsonpath='{.status.containerStatuses[0].state.waiting.reason}')" \
+		CreateContainerError "waiting reason"
+	run_cmd cri ps -a -q --label "io.kubernetes.pod.name=$pod"
+	is "$output" "" "containers created for $pod"
+	kube_do delete deployment nocold --wait
+}
+
+@test "kubelet: a pod that grants less than the checkpoint had (capabilities dropped) is refused, the event names what" {
+	load_recorded
+	local pod
+	deployment caps "$CKPT" 1
+	kubectl patch deployment caps --type json -p \
+		'[{"op": "add", "path": "/spec/template/spec/containers/0/securityContext", "value": {"capabilities": {"drop": ["ALL"]}}}]' >&2
+	wait_for "a pod of caps with the drop" 60 pods_of caps
+	capped() {
+		pod=$(kubectl get pods -l app=caps -o json |
+			jq -r '.items[] | select(.spec.containers[0].securityContext.capabilities.drop == ["ALL"]) | .metadata.name' | head -1)
+		[ -n "$pod" ] && events_of "$pod" | grep -q "refusing to restore: .*cap_prm has CAP_CHOWN"
+	}
+	wait_for "an event of the capped pod naming the capability" 90 capped
+	events_of "$pod" | grep CAP_CHOWN | head -1 >&2
+	[ "$(kubectl get pod "$pod" -o jsonpath='{.status.containerStatuses[0].ready}')" != true ] || die "the refused pod is ready"
+	kube_do delete deployment caps --wait
 }

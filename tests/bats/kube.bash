@@ -29,6 +29,11 @@ kubectl() {
 	"$KBIN/kubectl" --kubeconfig "$RK_DIR/kube/kubeconfig" "$@"
 }
 
+# kube_exec POD CMD...: run CMD in POD's first container.
+kube_exec() {
+	kubectl exec "$1" -- "${@:2}"
+}
+
 # kube_do ARGS...: run kubectl, print it and its output, fail on an error.
 kube_do() {
 	run_cmd "$KBIN/kubectl" --kubeconfig "$RK_DIR/kube/kubeconfig" "$@"
