@@ -30,8 +30,6 @@ restore_via_create: {description: CRI's enable_experimental_restore_via_create.,
 import os
 import subprocess
 
-from ansible.module_utils.basic import AnsibleModule
-
 try:
     import tomllib
 except ImportError:  # Python < 3.11
@@ -61,6 +59,9 @@ def facts(dump):
 
 
 def main():
+    # Here, not at the top: the tests import facts() without ansible.
+    from ansible.module_utils.basic import AnsibleModule
+
     m = AnsibleModule(argument_spec={"containerd": {"type": "path", "required": True},
                                      "config": {"type": "path", "required": True}},
                       supports_check_mode=True)
