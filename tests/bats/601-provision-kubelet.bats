@@ -191,6 +191,11 @@ EOF
 		"names both policies"
 	is "$(flat)" "~run the containerd role with it \(--tags containerd,kubelet\)" "says how to fix it"
 	is "$(tree_sums "$KT_ROOT")" "$(cat "$KT/policy-before")" "files after the refusal"
+	# In check mode the containerd role's new drop-in is not on disk yet: said, not refused.
+	playbook --check --tags containerd,kubelet -e '{"containerd_restore_images": ["registry.example.internal/other"]}'
+	is "$(flat)" "~check mode: containerd's configuration restores \['registry.example.internal/inference'\] now; the containerd role would make it \['registry.example.internal/other'\]" \
+		"check mode shows the change"
+	is "$(tree_sums "$KT_ROOT")" "$(cat "$KT/policy-before")" "files after check mode"
 }
 
 @test "bad input is refused before anything is written: no API server, no CA, a bad token" {

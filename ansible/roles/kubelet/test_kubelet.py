@@ -186,6 +186,18 @@ class Checks(unittest.TestCase):
     def test_a_missing_ca_is_refused(self):
         self.refused("Set one of kubelet_ca_file", kubelet_ca_pem=None)
         self.refused("got no PEM certificate", kubelet_ca_pem="not a certificate")
+        self.refused("got no file /nonexistent/ca.crt", kubelet_ca_pem=None, kubelet_ca_file="/nonexistent/ca.crt")
+
+    def test_a_kubeconfig_join_needs_no_api_server_and_no_token(self):
+        kc = os.path.join(self.tmp, "kubelet.conf")
+        with open(kc, "w") as f:
+            yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [{"name": "c", "cluster": {"server": "https://k:6443"}}],
+                            "users": [{"name": "u", "user": {"client-certificate-data": "x"}}]}, f)
+        rc, out, derived = self.check(kubelet_bootstrap_token=None, kubelet_api_server=None, kubelet_kubeconfig_src=kc)
+        self.assertEqual(rc, 0, out[-2000:])
+        self.assertEqual(derived["kubelet_join"], "kubeconfig")
+        self.refused("(kubelet_kubeconfig_src) is missing on the controller or is not a kubeconfig",
+                     kubelet_bootstrap_token=None, kubelet_kubeconfig_src=os.path.join(self.tmp, "check.yml"))
 
     def test_a_restricted_label_is_refused(self):
         self.refused("Node label node-role.kubernetes.io/gpu= (kubelet_node_labels) is refused",
