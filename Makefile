@@ -197,9 +197,12 @@ provision: build ## provision this host with ansible/ (root; CPU-only unless ANS
 
 # The test harness writes containerd's drop-in from the role's template
 # (scripts/containerd-config.sh); this holds the template and the key list
-# the role checks existing configurations against to the same keys.
-test-ansible: ## the containerd role's drop-in template against its key list (plain python3)
+# the role checks existing configurations against to the same keys. The
+# kubelet role's templates are parsed as a kubelet reads them, and its input
+# checks run through ansible-playbook (no cluster).
+test-ansible: ## the containerd role's drop-in against its key list, the kubelet role's templates and checks (plain python3)
 	cd ansible/roles/containerd && python3 -B -m unittest test_dropin
+	cd ansible/roles/kubelet && python3 -B -m unittest test_kubelet
 UNIT_TESTS += test-ansible
 
 test: build kubernetes ## build, then run every test (CPU; GPU tests skip without a GPU)

@@ -22,7 +22,8 @@ def to_bool(v):
 def main(argv):
     if len(argv) != 3:
         sys.exit("usage: render-template.py TEMPLATE VARS_JSON")
-    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True)
+    # trim_blocks as Ansible's template module has it: a block tag's line leaves no blank line.
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined, keep_trailing_newline=True, trim_blocks=True)
     env.filters["to_json"] = json.dumps
     env.filters["bool"] = to_bool
     with open(argv[1]) as f:
