@@ -13,8 +13,11 @@ need_root
 dir=$(realpath -m "$1")
 bin=${REKINDLE_BIN:-$(dirname "$here")/build/bin}
 k=$dir/kube
-cgroot=rk-kube
 [ -d "$k" ] || exit 0
+bridge= cgroot=
+# shellcheck disable=SC1091 # written by kube-up.sh
+[ -f "$k/names" ] && . "$k/names"
+cgroot=${cgroot#/}
 
 stop() { # stop NAME: TERM, then KILL after 10 s
 	local p=$k/$1.pid pid
@@ -48,13 +51,13 @@ mounts_under | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -
 
 # Pod cgroups, leaves first; a cgroup with a process left in it stays and is named.
 left=
-for c in /sys/fs/cgroup/*/"$cgroot"; do
+for c in ${cgroot:+/sys/fs/cgroup/*/"$cgroot"}; do
 	[ -d "$c" ] || continue
 	while read -r d; do rmdir "$d" 2>/dev/null || left+=" $d"; done < <(find "$c" -depth -type d)
 done
 
 rm -f "$dir/cni/net.d/10-rekindle-kube.conflist"
-ip link del rk-kube0 2>/dev/null
+[ -z "$bridge" ] || ip link del "$bridge" 2>/dev/null
 for l in /var/log/containers/*.log; do
 	[ -L "$l" ] || continue
 	case $(readlink "$l") in "$k"/*) rm -f "$l" ;; esac

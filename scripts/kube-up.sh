@@ -8,8 +8,10 @@
 # what it left; containerd-down.sh DIR then stops containerd.
 #
 # The node is this host, named $KUBE_NODE (default rekindle-node). Pods get
-# their addresses from a CNI bridge (KUBE_POD_CIDR, default 10.244.0.0/24,
-# bridge rk-kube0). Its pod cgroups sit under the cgroupfs root /rk-kube.
+# their addresses from a CNI bridge, rk-kHASH, in 10.244.N.0/24
+# (KUBE_POD_CIDR overrides it), and their cgroups sit under the cgroupfs
+# root /rk-kube-HASH, HASH and N taken from DIR so that clusters on other
+# DIRs of one host do not meet.
 # The kubelet serves on the host's address (the API server reaches it there
 # for logs, exec and port-forward) and takes only clients whose certificate
 # this CA signed.
@@ -24,8 +26,10 @@ bin=${REKINDLE_BIN:-$(dirname "$here")/build/bin}
 kbin=$bin/kube
 k=$dir/kube
 node=${KUBE_NODE:-rekindle-node}
-pod_cidr=${KUBE_POD_CIDR:-10.244.0.0/24}
-cgroot=/rk-kube
+hash=$(printf %s "$dir" | sha256sum | cut -c1-6)
+pod_cidr=${KUBE_POD_CIDR:-10.244.$((0x${hash:0:2})).0/24}
+bridge=rk-k$hash
+cgroot=/rk-kube-$hash
 for t in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl; do
 	[ -x "$kbin/$t" ] || die "$kbin/$t is missing: run 'make kubernetes' first"
 done
@@ -37,6 +41,8 @@ for p in "$k"/*.pid; do
 done
 rm -rf "$k"
 mkdir -p "$k/pki" "$k/logs"
+# What kube-down.sh removes besides DIR/kube.
+printf 'bridge=%s\ncgroot=%s\n' "$bridge" "$cgroot" >"$k/names"
 # A cluster that did not come up is taken down again, whatever it had started.
 up=
 trap '[ -n "$up" ] || "$here/kube-down.sh" "$dir"' EXIT
@@ -143,7 +149,7 @@ start kube-scheduler "$kbin/kube-scheduler" --kubeconfig "$k/scheduler.kubeconfi
 # containerd's CRI from its conf_dir (containerd-config.sh).
 cat >"$dir/cni/net.d/10-rekindle-kube.conflist" <<EOF
 {"cniVersion": "1.0.0", "name": "rekindle-kube", "plugins": [
-  {"type": "bridge", "bridge": "rk-kube0", "isGateway": true, "ipMasq": true, "hairpinMode": true,
+  {"type": "bridge", "bridge": "$bridge", "isGateway": true, "ipMasq": true, "hairpinMode": true,
    "ipam": {"type": "host-local", "ranges": [[{"subnet": "$pod_cidr"}]], "routes": [{"dst": "0.0.0.0/0"}],
             "dataDir": "$k/cni-ipam"}},
   {"type": "portmap", "capabilities": {"portMappings": true}}]}
@@ -190,6 +196,9 @@ evictionHard: {memory.available: "1Mi", nodefs.available: "1%", imagefs.availabl
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 serializeImagePulls: false
+# A restore answers StartContainer only once CRIU is done; the default 2 min
+# would cancel a large one.
+runtimeRequestTimeout: 10m
 registerNode: true
 EOF
 start kubelet "$kbin/kubelet" --config "$k/kubelet.yaml" --kubeconfig "$k/kubelet.kubeconfig" \

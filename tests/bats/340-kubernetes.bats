@@ -131,13 +131,15 @@ load_recorded() {
 	# garbage collection, once a minute.
 	no_cri() { [ -z "$(cri ps -a -q)" ] && [ -z "$(cri pods -q)" ]; }
 	wait_for "the kubelet to remove the pods' containers and sandboxes" 120 no_cri
-	[ -z "$(pids_with_env ENGINE_PORT=30000)" ] || die "engine processes left: $(pids_with_env ENGINE_PORT=30000)"
+	local left cgroot
+	cgroot=$(sed -n 's/^cgroot=//p' "$RK_DIR/kube/names")
+	left=$(grep -l ":$cgroot/kubepods" /proc/[0-9]*/cgroup 2>/dev/null) || true
+	[ -z "$left" ] || die "processes left in pod cgroups: $left"
 	# Addresses: host-local keeps one file per allocated address.
 	run ls "$RK_DIR/kube/cni-ipam/rekindle-kube"
 	[[ $output != *10.244.* ]] || die "pod addresses still allocated: $output"
 	# Pod cgroups: only the QoS levels kubelet keeps.
-	local left
-	left=$(find /sys/fs/cgroup/memory/rk-kube -mindepth 1 -type d -name 'pod*')
+	left=$(find "/sys/fs/cgroup/memory$cgroot" -mindepth 1 -type d -name 'pod*')
 	[ -z "$left" ] || die "pod cgroups left: $left"
 	left=$(awk -v d="$RK_DIR/kube/kubelet/pods/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo)
 	[ -z "$left" ] || die "pod volume mounts left: $left"
@@ -146,29 +148,21 @@ load_recorded() {
 	kube_do delete deployment engine
 }
 
-# pids_with_env VAR=VALUE: processes whose environment holds VAR=VALUE.
-pids_with_env() {
-	local p
-	for p in /proc/[0-9]*; do
-		tr '\0' '\n' <"$p/environ" 2>/dev/null | grep -qx -- "$1" && echo "${p#/proc/}"
-	done
-	return 0
-}
-
 @test "kubelet: a checkpoint image the node's policy refuses never runs; the pod's events name the policy" {
 	load_recorded
 	local other=rekindle.other/engine:ckpt
 	run_cmd "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" -n k8s.io pull --insecure-registry "$CKPT"
 	run_cmd k8s_ctr images tag "$CKPT" "$other"
-	# The policy matches every name of the image: only the other one is left.
+	# The policy matches every name of the image: only the other one is left,
+	# and CRI, which learns of names from containerd's events, has seen so.
 	run_cmd k8s_ctr images rm "$CKPT"
+	wait_for "CRI to list $other" 30 cri inspecti "$other"
+	wait_for "CRI to forget $CKPT" 30 not cri inspecti "$CKPT"
 	deployment refused "$other" 1 Never
 	local pod
-	wait_for "a pod of refused" 60 pods_of refused
+	wait_for "a pod of refused" 60 has_pods refused
 	pod=$(pods_of refused)
-	refused() { events_of "$pod" | grep -q "checkpoint_restore_images"; }
-	wait_for "an event of $pod naming the policy" 60 refused
-	events_of "$pod" | grep checkpoint_restore_images >&2
+	wait_event "$pod" "may not be restored on this host: .*checkpoint_restore_images" 90
 	is "$(kubectl get pod "$pod" -o jsonpath='{.status.containerStatuses[0].state.waiting.reason}')" \
 		CreateContainerError "waiting reason"
 	run_cmd cri ps -a -q --label "io.kubernetes.pod.name=$pod"
@@ -189,7 +183,8 @@ pids_with_env() {
 	info=$(cri inspect "$id")
 	is "$(jq -r .status.annotations.restored <<<"$info")" false "restored annotation"
 	is "$(jq -r .status.annotations.restoreFallback <<<"$info")" cold "restoreFallback annotation"
-	logged "restoring checkpoint image $image failed preflight: this host's CPU lacks avx9000.*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
+	# The kubelet names the image by its ID.
+	logged "restoring checkpoint image sha256:[0-9a-f]* failed preflight: this host's CPU lacks avx9000.*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
 	kube_do delete deployment cold --wait
 }
 
@@ -197,13 +192,9 @@ pids_with_env() {
 	load_recorded
 	local pod
 	deployment nocold rekindle.local/engine:avx9000-none 1 Never
-	wait_for "a pod of nocold" 60 pods_of nocold
+	wait_for "a pod of nocold" 60 has_pods nocold
 	pod=$(pods_of nocold)
-	why() { events_of "$pod" | grep -q "cannot be restored on this host: this host's CPU lacks avx9000"; }
-	wait_for "an event of $pod with the reason" 60 why
-	events_of "$pod" | grep avx9000 | head -1 >&2
-	is "$(kubectl get pod "$pod" -o jsonpath='{.status.containerStatuses[0].state.waiting.reason}')" \
-		CreateContainerError "waiting reason"
+	wait_event "$pod" "cannot be restored on this host: this host's CPU lacks avx9000" 90
 	run_cmd cri ps -a -q --label "io.kubernetes.pod.name=$pod"
 	is "$output" "" "containers created for $pod"
 	kube_do delete deployment nocold --wait
@@ -215,7 +206,7 @@ pids_with_env() {
 	deployment caps "$CKPT" 1
 	kubectl patch deployment caps --type json -p \
 		'[{"op": "add", "path": "/spec/template/spec/containers/0/securityContext", "value": {"capabilities": {"drop": ["ALL"]}}}]' >&2
-	wait_for "a pod of caps with the drop" 60 pods_of caps
+	wait_for "a pod of caps" 60 has_pods caps
 	capped() {
 		pod=$(kubectl get pods -l app=caps -o json |
 			jq -r '.items[] | select(.spec.containers[0].securityContext.capabilities.drop == ["ALL"]) | .metadata.name' | head -1)

@@ -29,6 +29,11 @@ kubectl() {
 	"$KBIN/kubectl" --kubeconfig "$RK_DIR/kube/kubeconfig" "$@"
 }
 
+# not CMD...: CMD fails.
+not() {
+	! "$@"
+}
+
 # kube_exec POD CMD...: run CMD in POD's first container.
 kube_exec() {
 	kubectl exec "$1" -- "${@:2}"
@@ -82,6 +87,11 @@ pods_of() {
 	kubectl get pods -l "app=$1" -o jsonpath='{range .items[*]}{.metadata.name}{"\n"}{end}'
 }
 
+# has_pods NAME: the Deployment NAME has a pod.
+has_pods() {
+	[ -n "$(pods_of "$1")" ]
+}
+
 # no_pods NAME: the Deployment NAME has no pods left, not even terminating.
 no_pods() {
 	[ -z "$(pods_of "$1")" ]
@@ -105,4 +115,16 @@ at() {
 # events_of POD: the messages of the pod's events, one per line.
 events_of() {
 	kubectl get events --field-selector "involvedObject.name=$1" -o jsonpath='{range .items[*]}{.reason}: {.message}{"\n"}{end}'
+}
+
+# wait_event POD PATTERN SECONDS: wait until an event of POD matches the
+# extended regex PATTERN; on a timeout the failure lists the pod's events.
+wait_event() {
+	local i
+	for ((i = 0; i < $3 * 2; i++)); do
+		events_of "$1" | grep -Eq -- "$2" && { events_of "$1" | grep -E -- "$2" | head -1 >&2; return 0; }
+		sleep 0.5
+	done
+	events_of "$1" | sed 's/^/#   /' >&2
+	die "timed out after $3s waiting for an event of $1 matching: $2"
 }
