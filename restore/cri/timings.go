@@ -17,7 +17,7 @@ import (
 const SetupFile = "restore-setup.json"
 
 type setup struct {
-	Image   string        `json:"image"`
+	Image string        `json:"image"`
 	Setup time.Duration `json:"setupNanoseconds"`
 }
 

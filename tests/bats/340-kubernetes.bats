@@ -171,7 +171,7 @@ load_recorded() {
 	run_cmd k8s_ctr images rm "$other"
 }
 
-@test "kubelet: an image this node cannot restore, made with --fallback cold, starts cold in its pod, annotated so" {
+@test "kubelet: an image this node cannot restore, made with --fallback cold, starts cold in its pod; its log begins with why" {
 	load_recorded
 	local image=rekindle.local/engine:avx9000-cold pod id info
 	deployment cold "$image" 1 Never
@@ -183,6 +183,10 @@ load_recorded() {
 	info=$(cri inspect "$id")
 	is "$(jq -r .status.annotations.restored <<<"$info")" false "restored annotation"
 	is "$(jq -r .status.annotations.restoreFallback <<<"$info")" cold "restoreFallback annotation"
+	# The pod's events cannot say so (CRI cannot post one); its log does, first.
+	kube_do logs "$pod"
+	[[ ${lines[0]} == "rekindle: checkpoint image sha256:"*" was not restored (this host's CPU lacks avx9000"*"); the container started cold from its base image (fallback cold)" ]] ||
+		die "the log does not begin with the cold start notice: ${lines[0]}"
 	# The kubelet names the image by its ID.
 	logged "restoring checkpoint image sha256:[0-9a-f]* failed preflight: this host's CPU lacks avx9000.*; starting cold from base image $ENGINE_IMAGE (fallback cold)"
 	kube_do delete deployment cold --wait
