@@ -29,11 +29,6 @@ kubectl() {
 	"$KBIN/kubectl" --kubeconfig "$RK_DIR/kube/kubeconfig" "$@"
 }
 
-# not CMD...: CMD fails.
-not() {
-	! "$@"
-}
-
 # kube_exec POD CMD...: run CMD in POD's first container.
 kube_exec() {
 	kubectl exec "$1" -- "${@:2}"
