@@ -70,11 +70,28 @@ func ExtractLayer(ctx context.Context, provider content.Provider, layer ocispec.
 		return fmt.Errorf("checkpoint layer %s: %w", layer.Digest, err)
 	}
 	defer ra.Close()
-	ds, err := zstdframes.Decompress(content.NewReader(ra))
+	// The blob is read once, here: its digest is checked on the way, so an
+	// entry is never built from a blob damaged since its pull.
+	v, err := newVerifyingReader(ra, layer)
 	if err != nil {
+		return err
+	}
+	ds, err := zstdframes.Decompress(v)
+	if err != nil {
+		if cerr := v.check(); cerr != nil {
+			return cerr
+		}
 		return fmt.Errorf("checkpoint layer %s: %w", layer.Digest, err)
 	}
-	defer ds.Close()
+	// Its decoder may read ahead on goroutines: closed before check.
+	closed := false
+	closeDS := func() {
+		if !closed {
+			closed = true
+			ds.Close()
+		}
+	}
+	defer closeDS()
 	filter := archive.WithFilter(func(hdr *tar.Header) (bool, error) {
 		if !entryAllowed(hdr) {
 			log.G(ctx).Warnf("skipping unexpected checkpoint archive entry %q (type %d)", hdr.Name, hdr.Typeflag)
@@ -83,7 +100,17 @@ func ExtractLayer(ctx context.Context, provider content.Provider, layer ocispec.
 		return true, nil
 	})
 	if _, err := archive.Apply(ctx, dir, ds, filter); err != nil {
+		// A blob cut short or changed is named as such, not by the
+		// decoder's or tar's view of it.
+		closeDS()
+		if cerr := v.check(); cerr != nil {
+			return cerr
+		}
 		return fmt.Errorf("unpack checkpoint layer %s: %w", layer.Digest, err)
+	}
+	closeDS()
+	if err := v.check(); err != nil {
+		return err
 	}
 	if _, err := os.Stat(filepath.Join(dir, crmetadata.CheckpointDirectory)); err != nil {
 		return fmt.Errorf("checkpoint layer %s holds no %s/ directory of CRIU images: %w", layer.Digest, crmetadata.CheckpointDirectory, err)
