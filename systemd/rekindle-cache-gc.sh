@@ -16,10 +16,13 @@
 # on the data its data-view reads, which may be the image's own unpacked
 # snapshot), and is being built while a restore has an active building-*
 # snapshot in it; neither is ever removed. Restores begin at any time, so
-# an entry is listed again just before it goes, its parts go dependents
-# first (root filesystems, then the data view, then the data), and a part
-# the snapshotter refuses because a restore took it meanwhile keeps the
-# rest: that entry is kept, not an error. Snapshots that vanish while
+# an entry is listed again just before it goes and before its data view
+# goes, its parts go dependents first (root filesystems, then the data
+# view, then the data), and a part the snapshotter refuses because a
+# restore took it meanwhile keeps the rest: that entry is kept, not an
+# error. A data view of the image's own unpacked snapshot (no extracted
+# copy) stays: it takes no space, and a layer kept in place is read
+# through its mount. Snapshots that vanish while
 # listed (a restore's building-* or check snapshots) are skipped. The age of an entry is the time since its newest
 # snapshot was made (restores that hit the cache do not renew it).
 # With --max-size, the oldest entries go first until the rest fits.
@@ -279,10 +282,17 @@ remove_entry() {
 		why="${busy[$layer]}"
 		return 3
 	fi
-	local todo='' next rc progress key other has_child
+	local todo='' next rc progress key other has_child view=checkpoint-cache/$layer/data-view
 	for key in ${keys[$layer]:-}; do [[ $key == */rootfs/* ]] && todo+="$key "; done
-	for key in ${keys[$layer]:-}; do [[ $key == */data-view ]] && todo+="$key "; done
+	# A data view of the image's own unpacked snapshot takes no space and
+	# carries the mount a layer kept in place is read through: it stays
+	# with the image.
+	[[ ${parent[$view]:-} == "checkpoint-cache/$layer/"* ]] && todo+="$view "
 	for key in ${keys[$layer]:-}; do [[ $key == */rootfs/* || $key == */data-view ]] || todo+="$key "; done
+	if [ -z "$todo" ]; then
+		why="only the data view of the image's unpacked snapshot is left, which stays with the image"
+		return 4
+	fi
 	while [ -n "$todo" ]; do
 		next='' progress=0
 		for key in $todo; do
@@ -293,6 +303,14 @@ remove_entry() {
 			if [ $has_child = 1 ]; then
 				next+="$key "
 				continue
+			fi
+			# The last look before a part goes that a restore may read.
+			if [[ $key == */data-view || $key == */data ]]; then
+				list_snapshots "$ns"
+				if [ -n "${busy[$layer]:-}" ]; then
+					why="${busy[$layer]}"
+					return 3
+				fi
 			fi
 			rc=0
 			rm_snapshot "$ns" "$key" || rc=$?
@@ -333,6 +351,7 @@ prune_namespace() {
 				removed_n=$((removed_n + 1)) removed_bytes=$((removed_bytes + bytes))
 				;;
 			3) say "$what: kept (in use since it was listed: $why)" ;;
+			4) say "$what: kept ($why)" ;;
 			*)
 				say "$what: removal failed, entry kept in part"
 				failed=1

@@ -226,9 +226,9 @@ func holdKey(id string) string {
 }
 
 // holdData returns the directory of the extracted checkpoint of ci, as
-// checkpointData does, with a hold of container id on it that lasts as
-// long as the container (or until released): the data cannot be removed
-// under a restore that reads it, whether by Forget or by cache-gc. CRIU
+// checkpointData does, with a hold of container id on it until the
+// restore ends (ReleaseHold, ForgetFailed) or the container goes: the data
+// cannot be removed under a restore that reads it, by Forget or cache-gc. CRIU
 // reads the entry's own data view, whose mount a layer kept in place
 // shares between restores. An entry pruned while this restore took it is
 // set up again.
@@ -261,6 +261,14 @@ func (r *Restorer) holdData(ctx context.Context, sn snapshots.Snapshotter, snNam
 	}
 }
 
+// ReleaseHold lets go container id's hold on its cache entry in
+// snapshotter snName (holdData), once its restore has ended.
+func (r *Restorer) ReleaseHold(ctx context.Context, snName, id string) {
+	if err := r.ReleaseCheckpointDir(context.WithoutCancel(ctx), snName, id); err != nil {
+		log.G(ctx).WithError(err).WithField("container", id).Warn("checkpoint cache: release the hold of a restore")
+	}
+}
+
 // IsCancel reports whether err, of a restore, is its caller giving up (a
 // cancelled or expired context), not the restore failing.
 func IsCancel(ctx context.Context, err error) bool {
@@ -280,9 +288,7 @@ func (r *Restorer) ForgetFailed(ctx context.Context, snName, id string, layer di
 		return
 	}
 	ctx = context.WithoutCancel(ctx)
-	if rerr := r.ReleaseCheckpointDir(ctx, snName, id); rerr != nil {
-		log.G(ctx).WithError(rerr).WithField("container", id).Warn("checkpoint cache: release the hold of a failed restore")
-	}
+	r.ReleaseHold(ctx, snName, id)
 	if ferr := r.Forget(ctx, snName, layer); ferr != nil {
 		log.G(ctx).WithError(ferr).Warn("failed to drop the checkpoint cache entry of a failed restore")
 	}
