@@ -298,7 +298,7 @@ remove_entry() {
 		for key in $todo; do
 			has_child=0
 			for other in $todo; do
-				[ "${parent[$other]}" = "$key" ] && { has_child=1; break; }
+				[ "${parent[$other]:-}" = "$key" ] && { has_child=1; break; }
 			done
 			if [ $has_child = 1 ]; then
 				next+="$key "

@@ -100,6 +100,9 @@ holds() {
 
 no_holds() { [ -z "$(holds)" ]; }
 
+# no_entry LAYER: nothing of LAYER's cache entry is left.
+no_entry() { [ -z "$(entry "$1")" ]; }
+
 # clean: what a finished test leaves: no container, no hold, nothing being
 # built, no lease beyond LEASES (the count before), no container's
 # snapshot.
@@ -161,6 +164,10 @@ gc() {
 	GC_PID=$!
 	for round in 1 2 3; do
 		local pids=() ports=()
+		# The GC takes the entry now that nothing uses it; these restores
+		# set it up again beside the GC's next runs.
+		wait_for "cache-gc to remove the entry" 30 no_entry "$LAYER" ||
+			{ tail -20 "$BATS_TEST_TMPDIR/gc.log" >&2; false; }
 		for i in 1 2 3 4; do
 			ports[i]=$(free_port)
 			"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" run -d --name "gc$round-$i" \
@@ -184,11 +191,10 @@ gc() {
 	kill "$GC_PID"
 	wait "$GC_PID" 2>/dev/null || true
 	GC_PID=
-	grep -c 'gc exit' "$BATS_TEST_TMPDIR/gc.log" >&2
-	grep -v 'gc exit 0' "$BATS_TEST_TMPDIR/gc.log" | grep -E 'gc exit|error' >&2 && die "cache-gc failed (above)"
+	echo "cache-gc ran $(grep -c 'gc exit' "$BATS_TEST_TMPDIR/gc.log") times, removed the entry $(grep -c ': removed (' "$BATS_TEST_TMPDIR/gc.log") times" >&2
+	! grep -q -E 'gc exit [^0]' "$BATS_TEST_TMPDIR/gc.log" ||
+		die "cache-gc failed: $(grep -B6 -E 'gc exit [^0]' "$BATS_TEST_TMPDIR/gc.log" | grep -v '^cache-gc: .*: keep')"
 	is "$failed" "0" "restores that failed or did not answer, of 12"
-	grep -q ': removed (' "$BATS_TEST_TMPDIR/gc.log" ||
-		die "cache-gc never removed the entry: the test raced nothing"
 
 	clean
 	port=$(free_port)
@@ -219,8 +225,11 @@ gc() {
 	pkill -KILL -P "$wrapper" || true
 	kill -KILL "$wrapper" 2>/dev/null || true
 	wait "$wrapper" 2>/dev/null || true
-	wait_for "CRIU $criu to finish" 60 gone "$criu"
-	wait_for "containerd to end the Start" 30 grep -q "checkpoint cache: kept the entry of checkpoint layer $LAYER: the restore's caller gave up" "$RK_DIR/containerd.log"
+	if ! wait_for "containerd to end the Start" 60 grep -q "checkpoint cache: kept the entry of checkpoint layer $LAYER: the restore's caller gave up" "$RK_DIR/containerd.log"; then
+		grep -E 'killed|restore|checkpoint cache' "$RK_DIR/containerd.log" | tail -20 >&2
+		ps -eo pid,ppid,stat,etimes,args | grep -E "criu|runc|shim" | grep -v grep >&2
+		false
+	fi
 	! grep -q "dropped [0-9]* snapshot(s) of checkpoint layer $LAYER after a failed restore" "$RK_DIR/containerd.log" ||
 		die "the entry was dropped after a cancelled client"
 	is "$(entry "$LAYER" | grep -c '/data')" "$before" "the entry's data and data view"
