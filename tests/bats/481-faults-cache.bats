@@ -227,7 +227,7 @@ gc() {
 	wait "$wrapper" 2>/dev/null || true
 	if ! wait_for "containerd to end the Start" 60 grep -q "checkpoint cache: kept the entry of checkpoint layer $LAYER: the restore's caller gave up" "$RK_DIR/containerd.log"; then
 		grep -E 'killed|restore|checkpoint cache' "$RK_DIR/containerd.log" | tail -20 >&2
-		ps -eo pid,ppid,stat,etimes,args | grep -E "criu|runc|shim" | grep -v grep >&2
+		ps -eo pid,ppid,stat,etimes,args | grep -E "criu|runc|shim" | grep -F "$RK_DIR" >&2
 		false
 	fi
 	! grep -q "dropped [0-9]* snapshot(s) of checkpoint layer $LAYER after a failed restore" "$RK_DIR/containerd.log" ||
