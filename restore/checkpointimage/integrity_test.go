@@ -21,7 +21,9 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/containerd/containerd/v2/core/content"
+	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/plugins/content/local"
+	"github.com/containerd/containerd/v2/plugins/snapshots/native"
 )
 
 // storeBlob puts data in a local content store under root and returns its
@@ -163,5 +165,98 @@ func TestIsCancel(t *testing.T) {
 		if got := IsCancel(tc.ctx, tc.err); got != tc.want {
 			t.Errorf("IsCancel(%v) = %v, want %v", tc.err, got, tc.want)
 		}
+	}
+}
+
+// cacheFixture returns a Restorer over a native snapshotter and a checkpoint
+// image of one pages image, its layer extracted into the cache and held
+// by container c1, and the data's directory.
+func cacheFixture(t *testing.T) (*Restorer, snapshots.Snapshotter, *Image, string) {
+	t.Helper()
+	cs := newStore(t)
+	layer := putBlob(t, cs, ocispec.MediaTypeImageLayer, makeTar(t, []tarEntry{
+		{"checkpoint", tar.TypeDir, ""},
+		{"checkpoint/pages-1.img", tar.TypeReg, strings.Repeat("pages", 1000)},
+	}))
+	sn, err := native.NewSnapshotter(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sn.Close() })
+	r := &Restorer{Content: cs, Snapshotter: func(name string) snapshots.Snapshotter {
+		if name == "native" {
+			return sn
+		}
+		return nil
+	}}
+	ci := &Image{Name: "ckpt", Layer: layer}
+	dir, err := r.holdData(context.Background(), sn, "native", ci, "c1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r, sn, ci, dir
+}
+
+func TestHoldKeepsTheDataFromForgetAndACancelKeepsTheEntry(t *testing.T) {
+	ctx := context.Background()
+	r, sn, ci, _ := cacheFixture(t)
+	data := cacheKey(ci.Layer.Digest) + "/data"
+	if info, err := sn.Stat(ctx, holdKey("c1")); err != nil || info.Parent != data {
+		t.Fatalf("hold of c1: %+v, %v; want a view of %s", info, err, data)
+	}
+
+	// The caller gave up: nothing goes, the hold stays.
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	r.ForgetFailed(cctx, "native", "c1", ci.Layer.Digest, fmt.Errorf("start: %w", context.Canceled))
+	for _, key := range []string{data, cacheKey(ci.Layer.Digest) + "/data-view", holdKey("c1")} {
+		if _, err := sn.Stat(ctx, key); err != nil {
+			t.Errorf("%s after a cancelled Start: %v", key, err)
+		}
+	}
+
+	// Another container's hold keeps the entry after c1 really failed.
+	if _, err := r.holdData(ctx, sn, "native", ci, "c2"); err != nil {
+		t.Fatal(err)
+	}
+	r.ForgetFailed(ctx, "native", "c1", ci.Layer.Digest, errors.New("criu failed"))
+	if _, err := sn.Stat(ctx, holdKey("c1")); !errdefs.IsNotFound(err) {
+		t.Errorf("c1's hold after its failed restore: %v", err)
+	}
+	if _, err := sn.Stat(ctx, data); err != nil {
+		t.Errorf("data held by c2 dropped: %v", err)
+	}
+
+	// c2 restored: its hold goes, and a failure then drops the entry.
+	r.ReleaseHold(ctx, "native", "c2")
+	r.ForgetFailed(ctx, "native", "c3", ci.Layer.Digest, errors.New("criu failed"))
+	if _, err := sn.Stat(ctx, data); !errdefs.IsNotFound(err) {
+		t.Errorf("data after a failed restore with no hold left: %v", err)
+	}
+}
+
+func TestAChangedPagesImageRebuildsTheEntry(t *testing.T) {
+	ctx := context.Background()
+	r, sn, ci, dir := cacheFixture(t)
+	r.ReleaseHold(ctx, "native", "c1")
+	time.Sleep(10 * time.Millisecond)
+	f, err := os.OpenFile(filepath.Join(dir, "checkpoint", "pages-1.img"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt([]byte("XXXXX"), 100); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	dir, err = r.checkpointData(ctx, sn, "native", ci)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "checkpoint", "pages-1.img"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != strings.Repeat("pages", 1000) {
+		t.Fatal("the changed pages image was kept")
 	}
 }
