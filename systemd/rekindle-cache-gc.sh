@@ -22,9 +22,10 @@
 # restore took it meanwhile keeps the rest: that entry is kept, not an
 # error. A data view of the image's own unpacked snapshot (no extracted
 # copy) stays: it takes no space, and a layer kept in place is read
-# through its mount. Snapshots that vanish while
-# listed (a restore's building-* or check snapshots) are skipped. The age of an entry is the time since its newest
-# snapshot was made (restores that hit the cache do not renew it).
+# through its mount. Snapshots that vanish while listed (a restore's
+# building-* or check snapshots) are skipped. The age of an entry is the
+# time since its newest snapshot was made (restores that hit the cache do
+# not renew it).
 # With --max-size, the oldest entries go first until the rest fits.
 set -euo pipefail
 
