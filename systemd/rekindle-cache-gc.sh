@@ -11,10 +11,21 @@
 # again. Entries go anyway when their image is removed (containerd's GC follows
 # their back reference to the layer); this prunes entries of images still kept.
 #
-# An entry is in use while a container's snapshot sits on top of it, and
-# is being built while a restore has an active building-* snapshot in it;
-# neither is ever removed. The age of an entry is the time since its newest
-# snapshot was made (restores that hit the cache do not renew it).
+# An entry is in use while a container's snapshot sits on top of it (a
+# restored root filesystem, or a restore's hold, checkpoint-restore/ID/checkpoint,
+# on the data its data-view reads, which may be the image's own unpacked
+# snapshot), and is being built while a restore has an active building-*
+# snapshot in it; neither is ever removed. Restores begin at any time, so
+# an entry is listed again just before it goes and before its data view
+# goes, its parts go dependents first (root filesystems, then the data
+# view, then the data), and a part the snapshotter refuses because a
+# restore took it meanwhile keeps the rest: that entry is kept, not an
+# error. A data view of the image's own unpacked snapshot (no extracted
+# copy) stays: it takes no space, and a layer kept in place is read
+# through its mount. Snapshots that vanish while listed (a restore's
+# building-* or check snapshots) are skipped. The age of an entry is the
+# time since its newest snapshot was made (restores that hit the cache do
+# not renew it).
 # With --max-size, the oldest entries go first until the rest fits.
 set -euo pipefail
 
@@ -135,11 +146,11 @@ snaps() {
 	q "${CTR_BASE[@]}" -n "$ns" snapshots --snapshotter "$snapshotter" "$@"
 }
 
-# list_entries NS: read the namespace's snapshots into parent, kind, keys,
-# busy and rows.
-list_entries() {
-	local ns=$1 listing key p k layer
-	parent=() kind=() keys=() busy=() rows=''
+# list_snapshots NS: read the namespace's snapshots into parent, kind, keys
+# and busy.
+list_snapshots() {
+	local ns=$1 listing key p k layer view
+	parent=() kind=() keys=() busy=()
 	listing=$(snaps "$ns" ls) || die "cannot list $snapshotter snapshots in namespace $ns"
 
 	while read -r key p k; do
@@ -167,20 +178,47 @@ list_entries() {
 		[[ $key == "checkpoint-cache/$layer/"* ]] && continue
 		busy[$layer]="in use by snapshot $key"
 	done
+	# A snapshot beside the data view on the data it reads (a restore's
+	# hold), where that data is outside the entry (the image's unpacked
+	# snapshot): in use too.
+	for layer in "${!keys[@]}"; do
+		view=checkpoint-cache/$layer/data-view
+		p=${parent[$view]:-}
+		[ -n "$p" ] && [[ $p != checkpoint-cache/* ]] || continue
+		for key in "${!parent[@]}"; do
+			[ "${parent[$key]}" = "$p" ] && [[ $key == checkpoint-restore/*/checkpoint ]] &&
+				busy[$layer]="held by snapshot $key"
+		done
+	done
+	return 0
+}
+
+# list_entries NS: list_snapshots, and rows.
+list_entries() {
+	local ns=$1 key layer
+	rows=''
+	list_snapshots "$ns"
 	[ ${#keys[@]} -gt 0 ] || return 0
 
 	# Age and size per entry; rows "age bytes layer", oldest first.
-	local t newest bytes created
+	local t newest bytes created info live
 	for layer in "${!keys[@]}"; do
-		newest=0
+		newest=0 live=''
 		for key in ${keys[$layer]}; do
-			created=$(snaps "$ns" info "$key" | jq -r '[.Created, .Updated] | max') ||
-				die "cannot read snapshot $key"
+			if ! info=$(snaps "$ns" info "$key" 2>/dev/null); then
+				# Gone since the listing (a restore's building-* snapshot).
+				gone "$ns" "$key" || die "cannot read snapshot $key"
+				continue
+			fi
+			live+="$key "
+			created=$(jq -r '[.Created, .Updated] | max' <<<"$info") || die "cannot read snapshot $key"
 			t=$(date -u -d "$created" +%s) || die "bad time '$created' on snapshot $key"
 			((t > newest)) && newest=$t
 		done
+		keys[$layer]=$live
+		[ -n "$live" ] || { unset "keys[$layer]"; continue; }
 		# shellcheck disable=SC2086 # keys are whitespace-free snapshot names
-		bytes=$(snaps "$ns" usage -b ${keys[$layer]} | awk 'NR > 1 {s += $2} END {print s + 0}')
+		bytes=$({ snaps "$ns" usage -b ${keys[$layer]} 2>/dev/null || true; } | awk 'NR > 1 {s += $2} END {print s + 0}')
 		rows+="$((now - newest)) $bytes $layer"$'\n'
 	done
 	rows=$(sort -k1,1nr <<<"${rows%$'\n'}")
@@ -214,39 +252,87 @@ decide_entries() {
 	fi
 }
 
-# remove_entry NS LAYER: remove the entry's snapshots, children before
-# parents (data-view before data); fails when one cannot be removed.
+# gone NS KEY: snapshot KEY no longer exists.
+gone() {
+	! "${CTR_BASE[@]}" -n "$1" snapshots --snapshotter "$snapshotter" info "$2" >/dev/null 2>&1
+}
+
+# rm_snapshot NS KEY: remove KEY; 0 when removed or already gone, 3 when
+# the snapshotter keeps it for a snapshot on top (a restore took it since
+# the listing), 1 otherwise.
+rm_snapshot() {
+	local out
+	out=$("${CTR_BASE[@]}" -n "$1" snapshots --snapshotter "$snapshotter" rm "$2" 2>&1) && return 0
+	case $out in
+	*"not found"*) return 0 ;;
+	*"with child"* | *"failed precondition"*) return 3 ;;
+	esac
+	printf '%s\n' "$out" >&2
+	return 1
+}
+
+# remove_entry NS LAYER: remove the entry's snapshots, listed again first,
+# dependents first: root filesystems, the data view, then the data (a
+# parent after its children). Returns 3, removing nothing more, when the
+# entry is in use by then or a part of it is taken meanwhile; 1 when a
+# snapshot cannot be removed.
 remove_entry() {
 	local ns=$1 layer=$2
-	local todo=${keys[$layer]} next rc=0 progress key other has_child
+	list_snapshots "$ns"
+	if [ -n "${busy[$layer]:-}" ]; then
+		why="${busy[$layer]}"
+		return 3
+	fi
+	local todo='' next rc progress key other has_child view=checkpoint-cache/$layer/data-view
+	for key in ${keys[$layer]:-}; do [[ $key == */rootfs/* ]] && todo+="$key "; done
+	# A data view of the image's own unpacked snapshot takes no space and
+	# carries the mount a layer kept in place is read through: it stays
+	# with the image.
+	[[ ${parent[$view]:-} == "checkpoint-cache/$layer/"* ]] && todo+="$view "
+	for key in ${keys[$layer]:-}; do [[ $key == */rootfs/* || $key == */data-view ]] || todo+="$key "; done
+	if [ -z "$todo" ]; then
+		why="only the data view of the image's unpacked snapshot is left, which stays with the image"
+		return 4
+	fi
 	while [ -n "$todo" ]; do
 		next='' progress=0
 		for key in $todo; do
 			has_child=0
 			for other in $todo; do
-				[ "${parent[$other]}" = "$key" ] && { has_child=1; break; }
+				[ "${parent[$other]:-}" = "$key" ] && { has_child=1; break; }
 			done
 			if [ $has_child = 1 ]; then
 				next+="$key "
-			elif snaps "$ns" rm "$key" >/dev/null; then
-				progress=1
-			else
-				say "error: cannot remove snapshot $key in namespace $ns"
-				rc=1
+				continue
 			fi
+			# The last look before a part goes that a restore may read.
+			if [[ $key == */data-view || $key == */data ]]; then
+				list_snapshots "$ns"
+				if [ -n "${busy[$layer]:-}" ]; then
+					why="${busy[$layer]}"
+					return 3
+				fi
+			fi
+			rc=0
+			rm_snapshot "$ns" "$key" || rc=$?
+			case $rc in
+			0) progress=1 ;;
+			3) why="snapshot $key taken by a restore meanwhile"; return 3 ;;
+			*) say "error: cannot remove snapshot $key in namespace $ns"; return 1 ;;
+			esac
 		done
 		todo=$next
-		[ $progress = 1 ] || { [ -z "$todo" ] || rc=1; break; }
+		[ $progress = 1 ] || { [ -z "$todo" ] || return 1; break; }
 	done
-	return $rc
+	return 0
 }
 
 # prune_namespace NS: one namespace's entries listed, decided and removed
 # (or, with --dry-run, named).
 prune_namespace() {
-	local ns=$1 age bytes layer v what
+	local ns=$1 age bytes layer v what rc why
 	list_entries "$ns"
-	[ ${#keys[@]} -gt 0 ] || return 0
+	[ -n "$rows" ] || return 0
 	decide_entries "$ns"
 
 	while read -r age bytes layer; do
@@ -257,12 +343,21 @@ prune_namespace() {
 		elif [ "$dry_run" = 1 ]; then
 			say "$what: would ${v}"
 			removed_n=$((removed_n + 1)) removed_bytes=$((removed_bytes + bytes))
-		elif remove_entry "$ns" "$layer"; then
-			say "$what: ${v/remove/removed}"
-			removed_n=$((removed_n + 1)) removed_bytes=$((removed_bytes + bytes))
 		else
-			say "$what: removal failed, entry kept in part"
-			failed=1
+			rc=0 why=''
+			remove_entry "$ns" "$layer" || rc=$?
+			case $rc in
+			0)
+				say "$what: ${v/remove/removed}"
+				removed_n=$((removed_n + 1)) removed_bytes=$((removed_bytes + bytes))
+				;;
+			3) say "$what: kept (in use since it was listed: $why)" ;;
+			4) say "$what: kept ($why)" ;;
+			*)
+				say "$what: removal failed, entry kept in part"
+				failed=1
+				;;
+			esac
 		fi
 	done <<<"$rows"
 }

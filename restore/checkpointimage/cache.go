@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -171,13 +172,33 @@ func (r *Restorer) Forget(ctx context.Context, snName string, layer digest.Diges
 		log.G(ctx).Infof("checkpoint cache: kept the entry of checkpoint layer %s after a failed restore: %d container(s) hold it", layer, held)
 		return nil
 	}
+	dropped, kept := r.drop(ctx, sn, layer, names)
+	log.G(ctx).Infof("checkpoint cache: dropped %d snapshot(s) of checkpoint layer %s after a failed restore, %d still in use", dropped, layer, kept)
+	return nil
+}
+
+// entryNames lists the committed snapshots and views of layer's entry.
+func entryNames(ctx context.Context, sn snapshots.Snapshotter, layer digest.Digest) ([]string, error) {
+	prefix := cacheKey(layer) + "/"
+	var names []string
+	err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if strings.HasPrefix(info.Name, prefix) && !strings.Contains(info.Name, "/building-") {
+			names = append(names, info.Name)
+		}
+		return nil
+	})
+	return names, err
+}
+
+// drop removes the snapshots names of layer's entry but those in use.
+func (r *Restorer) drop(ctx context.Context, sn snapshots.Snapshotter, layer digest.Digest, names []string) (dropped, kept int) {
+	prefix := cacheKey(layer) + "/"
 	// Children before their parents: data-view before data. Its mount, if
 	// the layer was read in place, goes first.
 	if err := r.unmountInPlace(ctx, prefix+"data-view"); err != nil {
 		log.G(ctx).WithError(err).Warnf("checkpoint cache: unmount checkpoint layer %s", layer)
 	}
 	sort.Slice(names, func(i, j int) bool { return len(names[i]) > len(names[j]) })
-	dropped, kept := 0, 0
 	for _, name := range names {
 		err := sn.Remove(ctx, name)
 		switch {
@@ -189,12 +210,86 @@ func (r *Restorer) Forget(ctx context.Context, snName string, layer digest.Diges
 			log.G(ctx).WithError(err).WithField("snapshot", name).Info("checkpoint cache: kept a snapshot in use")
 		}
 	}
-	log.G(ctx).Infof("checkpoint cache: dropped %d snapshot(s) of checkpoint layer %s after a failed restore, %d still in use", dropped, layer, kept)
-	return nil
+	return dropped, kept
 }
 
 // isHold reports whether snapshot name is a container's hold on a cache
 // entry (HoldCheckpointDir).
 func isHold(name string) bool {
 	return strings.HasPrefix(name, restoreKeyPrefix) && strings.HasSuffix(name, "/checkpoint")
+}
+
+// holdKey names container id's hold on a cache entry: a view of the
+// entry's data, which the snapshotter will not remove from under it.
+func holdKey(id string) string {
+	return restoreKeyPrefix + id + "/checkpoint"
+}
+
+// holdData returns the directory of the extracted checkpoint of ci, as
+// checkpointData does, with a hold of container id on it until the
+// restore ends (ReleaseHold, ForgetFailed) or the container goes: the data
+// cannot be removed under a restore that reads it, by Forget or cache-gc. CRIU
+// reads the entry's own data view, whose mount a layer kept in place
+// shares between restores. An entry pruned while this restore took it is
+// set up again.
+func (r *Restorer) holdData(ctx context.Context, sn snapshots.Snapshotter, snName string, ci *Image, id string) (string, error) {
+	key := holdKey(id)
+	if err := removeIfExists(ctx, sn, key); err != nil {
+		return "", err
+	}
+	view := cacheKey(ci.Layer.Digest) + "/data-view"
+	for attempt := 1; ; attempt++ {
+		dir, err := r.checkpointData(ctx, sn, snName, ci)
+		if err != nil {
+			return "", err
+		}
+		info, err := sn.Stat(ctx, view)
+		if err == nil {
+			_, err = sn.View(ctx, key, info.Parent, snapshots.WithLabels(map[string]string{labelGCContainerBackRef: id}))
+		}
+		if err == nil {
+			// The view itself may have gone before the hold was there.
+			if _, err = sn.Stat(ctx, view); err == nil {
+				return dir, nil
+			}
+			_ = sn.Remove(context.WithoutCancel(ctx), key)
+		}
+		if !errdefs.IsNotFound(err) || attempt == 3 {
+			return "", fmt.Errorf("hold the extracted checkpoint of checkpoint image %s: %w", ci.Name, err)
+		}
+		log.G(ctx).Infof("checkpoint cache: the entry of checkpoint layer %s went while a restore took it (cache-gc?): setting it up again", ci.Layer.Digest)
+	}
+}
+
+// ReleaseHold lets go container id's hold on its cache entry in
+// snapshotter snName (holdData), once its restore has ended.
+func (r *Restorer) ReleaseHold(ctx context.Context, snName, id string) {
+	if err := r.ReleaseCheckpointDir(context.WithoutCancel(ctx), snName, id); err != nil {
+		log.G(ctx).WithError(err).WithField("container", id).Warn("checkpoint cache: release the hold of a restore")
+	}
+}
+
+// IsCancel reports whether err, of a restore, is its caller giving up (a
+// cancelled or expired context), not the restore failing.
+func IsCancel(ctx context.Context, err error) bool {
+	return ctx.Err() != nil || errdefs.IsCanceled(err) || errdefs.IsDeadlineExceeded(err) ||
+		errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// ForgetFailed ends, for the cache, container id's restore from checkpoint
+// layer in snapshotter snName that the runtime ended with err. A caller
+// that gave up (IsCancel) is no failed restore: the runtime may still be
+// reading the entry, and the hold stays until the container goes. A real
+// failure lets the container's hold go and drops the entry (Forget), so
+// the next restore builds it again.
+func (r *Restorer) ForgetFailed(ctx context.Context, snName, id string, layer digest.Digest, err error) {
+	if IsCancel(ctx, err) {
+		log.G(ctx).WithField("container", id).Infof("checkpoint cache: kept the entry of checkpoint layer %s: the restore's caller gave up (%v), not the restore", layer, err)
+		return
+	}
+	ctx = context.WithoutCancel(ctx)
+	r.ReleaseHold(ctx, snName, id)
+	if ferr := r.Forget(ctx, snName, layer); ferr != nil {
+		log.G(ctx).WithError(ferr).Warn("failed to drop the checkpoint cache entry of a failed restore")
+	}
 }

@@ -27,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -70,7 +71,34 @@ func ExtractLayer(ctx context.Context, provider content.Provider, layer ocispec.
 		return fmt.Errorf("checkpoint layer %s: %w", layer.Digest, err)
 	}
 	defer ra.Close()
-	ds, err := zstdframes.Decompress(content.NewReader(ra))
+	if ra.Size() != layer.Size {
+		return &DamagedLayerError{Layer: layer.Digest, Blob: blobPath(ra),
+			Reason: fmt.Sprintf("is %d bytes where the image says %d", ra.Size(), layer.Size)}
+	}
+	// The blob's digest is checked while it is extracted, on a reader of
+	// its own (the second read of each part comes from the page cache),
+	// so an entry is never built from a blob damaged since its pull, and
+	// the check costs little more than the extraction.
+	verified := make(chan error, 1)
+	go func() { verified <- VerifyBlob(ctx, provider, layer) }()
+	err = extractArchive(ctx, content.NewReader(ra), layer, dir)
+	if verr := <-verified; verr != nil {
+		// A blob cut short or changed is named as such, not by the
+		// decoder's or tar's view of it.
+		return verr
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(dir, crmetadata.CheckpointDirectory)); err != nil {
+		return fmt.Errorf("checkpoint layer %s holds no %s/ directory of CRIU images: %w", layer.Digest, crmetadata.CheckpointDirectory, err)
+	}
+	return nil
+}
+
+// extractArchive decodes and unpacks the checkpoint layer read from r into dir.
+func extractArchive(ctx context.Context, r io.Reader, layer ocispec.Descriptor, dir string) error {
+	ds, err := zstdframes.Decompress(r)
 	if err != nil {
 		return fmt.Errorf("checkpoint layer %s: %w", layer.Digest, err)
 	}
@@ -84,9 +112,6 @@ func ExtractLayer(ctx context.Context, provider content.Provider, layer ocispec.
 	})
 	if _, err := archive.Apply(ctx, dir, ds, filter); err != nil {
 		return fmt.Errorf("unpack checkpoint layer %s: %w", layer.Digest, err)
-	}
-	if _, err := os.Stat(filepath.Join(dir, crmetadata.CheckpointDirectory)); err != nil {
-		return fmt.Errorf("checkpoint layer %s holds no %s/ directory of CRIU images: %w", layer.Digest, crmetadata.CheckpointDirectory, err)
 	}
 	return nil
 }

@@ -177,10 +177,18 @@ func (r *Restorer) prepare(ctx context.Context, c containers.Container, failure 
 	}
 	defer done()
 
-	dataDir, err := r.checkpointData(ctx, sn, c.Snapshotter, ci)
+	dataDir, err := r.holdData(ctx, sn, c.Snapshotter, ci, c.ID)
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		// A restore that will not read the entry lets it go.
+		if err != nil || (res != nil && res.Fallback != nil) {
+			if rerr := removeIfExists(context.WithoutCancel(ctx), sn, holdKey(c.ID)); rerr != nil {
+				log.G(ctx).WithError(rerr).Warn("checkpoint cache: release the hold of a restore that does not read the entry")
+			}
+		}
+	}()
 	res = &Restore{Image: ci, ImagePath: filepath.Join(dataDir, crmetadata.CheckpointDirectory)}
 	if res.DumpedSpec, _, err = crmetadata.ReadContainerCheckpointSpecDump(dataDir); err != nil {
 		return nil, fmt.Errorf("checkpoint image %s: %w", ci.Name, err)
@@ -355,7 +363,7 @@ func (r *Restorer) HoldCheckpointDir(ctx context.Context, snName string, ci *Ima
 	if err != nil {
 		return "", fmt.Errorf("extracted checkpoint of checkpoint image %s: %w", ci.Name, err)
 	}
-	key := restoreKeyPrefix + id + "/checkpoint"
+	key := holdKey(id)
 	if err := removeIfExists(ctx, sn, key); err != nil {
 		return "", err
 	}
@@ -432,10 +440,21 @@ func (r *Restorer) ResetSnapshot(ctx context.Context, snName, key string) error 
 func (r *Restorer) checkpointData(ctx context.Context, sn snapshots.Snapshotter, snName string, ci *Image) (string, error) {
 	view := cacheKey(ci.Layer.Digest) + "/data-view"
 	defer lockEntry(snName + "/" + view)()
+	if err := r.checkBlobSize(ctx, ci); err != nil {
+		r.dropDamaged(ctx, sn, snName, ci, err)
+		return "", err
+	}
 	if mounts, err := sn.Mounts(ctx, view); err == nil {
 		log.G(ctx).WithField("snapshot", view).Infof("checkpoint cache hit: extracted checkpoint of checkpoint layer %s", ci.Layer.Digest)
-		dir, err := r.dataDir(ctx, sn, snName, view, mounts, ci)
-		if !errors.Is(err, errMountInPlace) {
+		rebuild, err := r.checkStamp(ctx, sn, snName, view, mounts, ci)
+		if err != nil {
+			return "", err
+		}
+		dir := ""
+		if !rebuild {
+			dir, err = r.dataDir(ctx, sn, snName, view, mounts, ci)
+		}
+		if !rebuild && !errors.Is(err, errMountInPlace) {
 			return dir, err
 		}
 		// The layer was read in place before, but no longer can be (a new
@@ -463,7 +482,7 @@ func (r *Restorer) checkpointData(ctx context.Context, sn snapshots.Snapshotter,
 				}
 				return extractLayer(ctx, r.Content, ci.Layer, dir)
 			}); err != nil {
-			return "", fmt.Errorf("extract checkpoint image %s: %w", ci.Name, err)
+			return "", fmt.Errorf("extract checkpoint image %s: %w", ci.Name, withImage(err, ci.Name))
 		}
 	}
 	mounts, err := sn.View(ctx, view, parent, snapshots.WithLabels(cacheLabels(ci.Layer.Digest)))
@@ -471,6 +490,9 @@ func (r *Restorer) checkpointData(ctx context.Context, sn snapshots.Snapshotter,
 		mounts, err = sn.Mounts(ctx, view)
 	}
 	if err != nil {
+		return "", err
+	}
+	if err := r.stampEntry(ctx, sn, snName, view, parent, mounts, ci); err != nil {
 		return "", err
 	}
 	return r.dataDir(ctx, sn, snName, view, mounts, ci)

@@ -212,9 +212,10 @@ no_holds() {
 	cri_do rmp --force "$POD"
 	wait_for "the collector to take the removed container's hold" 30 no_holds
 
-	damage_cached_pages k8s.io "$layer"
-
+	# After CreateContainer, which would find a damaged entry (its stamp)
+	# and extract it again: CRIU meets the damage.
 	create_from_image d2 "$image" "$port"
+	damage_cached_pages k8s.io "$layer"
 	! cri start "$CTR" >/dev/null 2>&1 || die "a restore from a damaged checkpoint started"
 	grep 'checkpoint cache' "$RK_DIR/containerd.log" | tail -n 4 >&2 # shown if this test fails
 	is "$(grep -c "checkpoint cache: dropped 2 snapshot(s) of checkpoint layer $layer after a failed restore, 0 still in use" "$RK_DIR/containerd.log")" \
