@@ -59,7 +59,9 @@ func (cr *creation) dump() error {
 	var count progress.Counter
 	stopWatch := watchDir(cr.criuDir, &count)
 	stop := progress.Start(cr.o.Progress, cr.o.ProgressMode, "dump", dumpEstimate(cr.pid), &count)
-	_, err := cr.task.Checkpoint(cr.ctx, client.WithCheckpointImagePath(cr.criuDir), withOptions(cr.archiveDir, cr.o.StopAtDump))
+	// Not cut short by an interruption: runc killed half way leaves the
+	// container frozen (Paused) and CRIU's work lost.
+	_, err := cr.task.Checkpoint(cr.hold(), client.WithCheckpointImagePath(cr.criuDir), withOptions(cr.archiveDir, cr.o.StopAtDump))
 	stop()
 	stopWatch()
 	if err != nil {

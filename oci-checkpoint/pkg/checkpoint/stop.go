@@ -17,7 +17,8 @@ import (
 )
 
 // stopTask kills the checkpointed container's processes once its image is
-// written, as a dump that exits would have, and waits for the task to end.
+// written, as a dump that exits would have, waits for the task to end and
+// deletes it (deleteTask).
 func stopTask(ctx context.Context, task client.Task) error {
 	exited, err := task.Wait(ctx)
 	if err != nil {
@@ -28,12 +29,25 @@ func stopTask(ctx context.Context, task client.Task) error {
 	}
 	select {
 	case <-exited:
-		return nil
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("the container's task did not exit within 30s of SIGKILL")
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	return deleteTask(ctx, task)
+}
+
+// deleteTask deletes the ended task of a stopped container. runc then runs
+// the container's poststop hooks: nerdctl's gives back its CNI address and
+// host ports (the port reserver holding them goes), which a task left
+// stopped keeps until 'nerdctl rm' or 'start', so a restore of the image on
+// the same host port would fail with "port is already allocated". The
+// container stays; 'nerdctl start' starts it afresh.
+func deleteTask(ctx context.Context, task client.Task) error {
+	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil {
+		return fmt.Errorf("delete the stopped task (which gives back its address and ports): %w", err)
+	}
+	return nil
 }
 
 // watchDir counts the bytes of the files in dir every half second into c,
