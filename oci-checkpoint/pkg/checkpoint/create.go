@@ -125,7 +125,7 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 	if err != nil {
 		return nil, cr.interruptedOr("dump", err, none)
 	}
-	defer cleanup()
+	defer func() { cleanup(err != nil) }()
 	if err := cr.run("dump", cr.dump, none); err != nil {
 		return nil, err
 	}
