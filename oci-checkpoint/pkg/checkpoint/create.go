@@ -269,11 +269,11 @@ func (cr *creation) finish() (*Result, error) {
 		}
 	case cr.o.StopAtDump:
 		// The dump ended the container: its task goes, with its address and ports.
-		if err := deleteTask(cr.ctx, cr.task); err != nil {
+		if err := deleteTask(cr.ctx, cr.task, cr.info.Labels); err != nil {
 			return cr.res, fmt.Errorf("the image %s was written but deleting the stopped task failed: %w", cr.name, err)
 		}
 	default:
-		if err := cr.t.Run("stop", func() error { return stopTask(cr.ctx, cr.task) }); err != nil {
+		if err := cr.t.Run("stop", func() error { return stopTask(cr.ctx, cr.task, cr.info.Labels) }); err != nil {
 			return cr.res, fmt.Errorf("the image %s was written but stopping the container failed: %w", cr.name, err)
 		}
 	}

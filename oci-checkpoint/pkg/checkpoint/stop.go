@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
 
 	"rekindle.local/oci-checkpoint/pkg/progress"
 )
@@ -19,7 +20,7 @@ import (
 // stopTask kills the checkpointed container's processes once its image is
 // written, as a dump that exits would have, waits for the task to end and
 // deletes it (deleteTask).
-func stopTask(ctx context.Context, task client.Task) error {
+func stopTask(ctx context.Context, task client.Task, labels map[string]string) error {
 	exited, err := task.Wait(ctx)
 	if err != nil {
 		return err
@@ -34,8 +35,11 @@ func stopTask(ctx context.Context, task client.Task) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	return deleteTask(ctx, task)
+	return deleteTask(ctx, task, labels)
 }
+
+// criKind labels the containers containerd's CRI plugin manages.
+const criKind = "io.cri-containerd.kind"
 
 // deleteTask deletes the ended task of a stopped container. runc then runs
 // the container's poststop hooks: nerdctl's gives back its CNI address and
@@ -43,8 +47,11 @@ func stopTask(ctx context.Context, task client.Task) error {
 // stopped keeps until 'nerdctl rm' or 'start', so a restore of the image on
 // the same host port would fail with "port is already allocated". The
 // container stays; 'nerdctl start' starts it afresh.
-func deleteTask(ctx context.Context, task client.Task) error {
-	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil {
+func deleteTask(ctx context.Context, task client.Task, labels map[string]string) error {
+	if labels[criKind] != "" {
+		return nil // CRI deletes its containers' tasks itself as they exit; the pod holds the network
+	}
+	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
 		return fmt.Errorf("delete the stopped task (which gives back its address and ports): %w", err)
 	}
 	return nil
