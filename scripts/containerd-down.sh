@@ -27,9 +27,9 @@ fi
 
 if [ -f "$dir/containerd.pid" ]; then
 	pid=$(cat "$dir/containerd.pid")
-	if kill -0 "$pid" 2>/dev/null; then
+	if alive "$pid"; then
 		kill -TERM "$pid"
-		for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.2; done
+		for _ in $(seq 50); do alive "$pid" || break; sleep 0.2; done
 		kill -KILL "$pid" 2>/dev/null
 	fi
 	rm -f "$dir/containerd.pid"

@@ -15,7 +15,7 @@ for t in containerd ctr containerd-shim-runc-v2 runc criu; do
 done
 
 pidfile=$dir/containerd.pid
-if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
+if [ -f "$pidfile" ] && alive "$(cat "$pidfile")"; then
 	die "a containerd (pid $(cat "$pidfile")) left by an earlier run still serves $dir: stop it with 'scripts/containerd-down.sh $dir'"
 fi
 sock=$dir/containerd.sock
@@ -39,7 +39,7 @@ for _ in $(seq 100); do
 		note "containerd $("$bin/containerd" --version | awk '{print $3}') up on $sock (log: $dir/containerd.log)"
 		exit 0
 	fi
-	kill -0 "$(cat "$pidfile")" 2>/dev/null || break
+	alive "$(cat "$pidfile")" || break
 	sleep 0.2
 done
 tail -5 "$dir/containerd.log" >&2

@@ -8,6 +8,12 @@ need_tool() {
 		command -v "$t" >/dev/null 2>&1 || die "missing tool '$t': run 'make deps' (or install it) first"
 	done
 }
+# alive PID: PID is a process that runs: not gone, not a zombie (kill -0
+# succeeds on a zombie, which serves nothing but lingers until its parent
+# reaps it; a killed daemon whose parent never waits stays one).
+alive() {
+	[ -n "$1" ] && grep -q '^State:[[:space:]]*[^Z[:space:]]' "/proc/$1/status" 2>/dev/null
+}
 # pids_with STRING: pids of processes (other than this shell) whose command
 # line contains STRING. The glob is expanded before any child starts, so the
 # pipeline's own processes are never listed.

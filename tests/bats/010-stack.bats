@@ -8,6 +8,14 @@ setup_file() {
 	load_image base
 }
 
+# The zombie test's holder and containerd go also when it failed half way.
+teardown() {
+	if [ -f "$BATS_TEST_TMPDIR/holder.pid" ]; then
+		"$REKINDLE_ROOT/scripts/containerd-down.sh" "$BATS_TEST_TMPDIR/rk3" 3>&- || true
+		kill "$(cat "$BATS_TEST_TMPDIR/holder.pid")" 2>/dev/null || true
+	fi
+}
+
 teardown_file() {
 	stack_down
 }
@@ -111,6 +119,36 @@ PATCH
 	! kill -0 "$pid" 2>/dev/null || die "container process $pid survived"
 	run awk -v d="$dir/" 'index($5, d) == 1' /proc/self/mountinfo
 	is "$output" "" "mounts left under $dir"
+	. "$REKINDLE_ROOT/scripts/lib.sh"
+	is "$(pids_with "$dir/")" "" "processes left that name $dir"
+}
+
+# issue 61: a killed containerd whose parent never waits stays a zombie,
+# and kill -0 succeeds on one: containerd-up took it for a running daemon.
+@test "containerd-up starts over a killed containerd that is still a zombie" {
+	local dir=$BATS_TEST_TMPDIR/rk3 holder pid
+	mkdir -p "$dir"
+	# A parent that never reaps: a subreaper that started containerd-up and
+	# sleeps, as a supervisor that does not wait would.
+	python3 -c 'import ctypes, subprocess, sys, time
+ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+subprocess.run([sys.argv[1], sys.argv[2]], check=True)
+open(sys.argv[2] + "/holder.up", "w").close()
+time.sleep(600)' "$REKINDLE_ROOT/scripts/containerd-up.sh" "$dir" 3>&- &
+	holder=$!
+	echo "$holder" >"$BATS_TEST_TMPDIR/holder.pid"
+	wait_for "containerd-up under the holder" 30 test -e "$dir/holder.up"
+	pid=$(cat "$dir/containerd.pid")
+	kill -KILL "$pid"
+	wait_for "containerd $pid to be a zombie" 10 grep -q '^State:[[:space:]]*Z' "/proc/$pid/status"
+
+	run_cmd "$REKINDLE_ROOT/scripts/containerd-up.sh" "$dir"
+	is "$output" "~containerd .* up on $dir/containerd.sock" "containerd-up started a new containerd"
+	[ "$(cat "$dir/containerd.pid")" != "$pid" ] || die "the pid file still names the zombie"
+	run_cmd "$REKINDLE_ROOT/scripts/containerd-down.sh" "$dir"
+	kill "$holder"
+	wait "$holder" 2>/dev/null || true
+	rm "$BATS_TEST_TMPDIR/holder.pid"
 	. "$REKINDLE_ROOT/scripts/lib.sh"
 	is "$(pids_with "$dir/")" "" "processes left that name $dir"
 }

@@ -93,8 +93,9 @@ no_container() {
 	done
 	is "$(jq -r .image <<<"$json")" "$reg" "image name in --json"
 	is "$(jq -r '.gpus | length' <<<"$json")" "0" "GPUs recorded on a CPU host"
-	run_nerdctl inspect -f '{{.State.Status}}' src
-	is "${lines[-1]}" "exited" "the dump stopped the engine container"
+	# Stopped and its task deleted, which gives back its address and ports.
+	run_nerdctl ps -a --filter name=src --format '{{.Status}}'
+	is "${lines[-1]}" "Created" "the checkpoint stopped the engine container"
 
 	run_nerdctl push --insecure-registry "$reg"
 	run_nerdctl rm -f src
@@ -478,8 +479,8 @@ json_doc() {
 	start_engine sdsrc "$port"
 	ocicp create --stop-at-dump sdsrc "$image"
 	[[ $output != *"==> stop "* ]] || die "a stop phase ran after --stop-at-dump"
-	run_nerdctl inspect -f '{{.State.Status}}' sdsrc
-	is "${lines[-1]}" "exited" "the dump stopped the engine container"
+	run_nerdctl ps -a --filter name=sdsrc --format '{{.Status}}'
+	is "${lines[-1]}" "Created" "the dump stopped the engine container, its task deleted"
 	run_nerdctl image inspect "$image"
 	run_nerdctl rm -f sdsrc
 

@@ -117,7 +117,8 @@ inside() {
 		for p in /proc/[0-9]*; do
 			n=${p#/proc/}; [ "$n" = $$ ] && continue
 			c=$(tr "\0" " " <"$p/cmdline" 2>/dev/null | cut -c1-60); [ -n "$c" ] || continue
-			case "$c" in "sh -c"* | "tr "* | "cut "* | "ls "* | "grep "* | "sort "* | "find "* | "wc "*) continue ;; esac
+			# The wake helper stays after the wake, idle (cmd/rekindle-wake): not part of the engine.
+			case "$c" in "/.rekindle/rekindle-wake "* | "sh -c"* | "tr "* | "cut "* | "ls "* | "grep "* | "sort "* | "find "* | "wc "*) continue ;; esac
 			s=$(ls -l "$p/fd" 2>/dev/null | grep -c "socket:")
 			echo "pid $n sockets $s $c"
 		done | sort -n -k2

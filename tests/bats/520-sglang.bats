@@ -152,7 +152,8 @@ inside() {
 		for p in /proc/[0-9]*; do
 			n=${p#/proc/}; [ "$n" = $$ ] && continue
 			c=$(tr "\0" " " <"$p/cmdline" 2>/dev/null | cut -c1-60); [ -n "$c" ] || continue
-			case "$c" in "sh -c"* | "tr "* | "cut "* | "ls "* | "sort "*) continue ;; esac
+			# The wake helper stays after the wake, idle (cmd/rekindle-wake): not part of the engine.
+			case "$c" in "/.rekindle/rekindle-wake "* | "sh -c"* | "tr "* | "cut "* | "ls "* | "sort "*) continue ;; esac
 			echo "pid $n $c"
 		done | sort -n -k2
 		echo "shm $(ls /dev/shm | sort | tr "\n" " ")"'

@@ -194,7 +194,7 @@ logged() {
 gone() {
 	local p
 	for p in "$@"; do
-		! grep -q '^State:[[:space:]]*[^Z]' "/proc/$p/status" 2>/dev/null || return 1
+		! grep -q '^State:[[:space:]]*[^Z[:space:]]' "/proc/$p/status" 2>/dev/null || return 1
 	done
 }
 

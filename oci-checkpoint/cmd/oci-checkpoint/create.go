@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,7 +28,9 @@ quiesce it, quiesces it, injects the rekindle-wake helper, dumps it with CRIU th
 stores the checkpoint as IMAGE in containerd's image store, or as an OCI archive (--output). An image
 or archive of that name is refused unless --replace, before anything is done to the engine. If a
 step after the quiesce fails, the engine is resumed and left running and no image is written; once
-the image is written the container is stopped (--leave-running keeps it serving). A plain
+the image is written the container is stopped (--leave-running keeps it serving). SIGINT or
+SIGTERM before the image is stored is undone the same way (a quiesce call or dump in progress ends
+first, more signals do not cut the undo short) and exits 130 or 143. A plain
 'nerdctl run IMAGE' restores it, and the helper resumes the engine.
 
 Examples:
@@ -110,7 +113,12 @@ Examples:
 			self, _ := os.Executable()
 			o.WakeBinary = filepath.Join(filepath.Dir(self), "rekindle-wake")
 		}
-		c, ctx, cancel, err := connect(cc)
+		// A signal interrupts the checkpoint, which undoes what it did
+		// first; more signals do not cut that short (SIGKILL would).
+		sctx, stop := cliapp.InterruptContext(os.Stderr,
+			"interrupting the checkpoint: the engine is resumed and nothing half made is kept before oci-checkpoint exits",
+			"still undoing (the engine is resumed first; a dump in progress ends first)")
+		c, ctx, cancel, err := dial(cc, sctx, stop)
 		if err != nil {
 			return err
 		}
@@ -120,6 +128,9 @@ Examples:
 		res, err := checkpoint.Create(ctx, c, o)
 		if err != nil {
 			return err
+		}
+		if cause := context.Cause(ctx); ctx.Err() != nil && !quiet {
+			fmt.Fprintf(os.Stderr, "==> %v after the image was stored: it is kept, and the container left as asked\n", cause)
 		}
 		where := res.Image
 		if res.OCIArchive != "" {

@@ -40,15 +40,23 @@ func newApp() *cli.App {
 }
 
 func connect(cc *cli.Context) (*client.Client, context.Context, context.CancelFunc, error) {
+	ctx, cancel := cliapp.SignalContext()
+	return dial(cc, ctx, cancel)
+}
+
+// dial connects to containerd for a command that runs under ctx (cancel
+// ends it); on failure it calls cancel.
+func dial(cc *cli.Context, ctx context.Context, cancel func()) (*client.Client, context.Context, context.CancelFunc, error) {
 	addr := cc.String("address")
 	if _, err := os.Stat(addr); err != nil {
+		cancel()
 		return nil, nil, nil, fmt.Errorf("no containerd socket at %s: start containerd, or pass --address / CONTAINERD_ADDRESS", addr)
 	}
 	c, err := client.New(addr, client.WithTimeout(10*time.Second))
 	if err != nil {
+		cancel()
 		return nil, nil, nil, fmt.Errorf("connect to containerd at %s: %w", addr, err)
 	}
-	ctx, cancel := cliapp.SignalContext()
 	ctx = namespaces.WithNamespace(ctx, cc.String("namespace"))
 	return c, ctx, cancel, nil
 }

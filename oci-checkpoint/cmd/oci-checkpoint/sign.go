@@ -1,9 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"time"
 
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/urfave/cli/v2"
 
 	"rekindle.local/oci-checkpoint/internal/cliapp"
@@ -55,6 +58,13 @@ Example:
 		}
 		defer cancel()
 		defer c.Close()
+		// The signed manifest is written before the image points at it: a
+		// lease keeps the garbage collector off it in between.
+		ctx, done, err := c.WithLease(ctx, leases.WithRandomID(), leases.WithExpiration(time.Hour))
+		if err != nil {
+			return err
+		}
+		defer done(context.WithoutCancel(ctx))
 		res, err := checkpoint.Sign(ctx, c.ContentStore(), c.ImageService(), name, key)
 		if err != nil {
 			return err

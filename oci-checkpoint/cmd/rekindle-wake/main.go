@@ -10,6 +10,14 @@
 // the waiter is reparented to the container's init, so CRIU dumps it with
 // the engine.
 //
+// Once it has woken the engine the helper does not exit: a child of the
+// engine's PID 1 that exits stays a zombie unless PID 1 reaps it, and most
+// engines' (python, a shell script) never do; the zombie was carried into
+// every later checkpoint. It execs itself as "rekindle-wake idle", which
+// holds no file and sleeps, and the next start (a checkpoint of the
+// restored engine) arms that one again instead of forking a second:
+// whatever PID 1 does, a container holds one helper and no zombie.
+//
 // It holds no file in its cgroup either: Go's container-aware GOMAXPROCS
 // keeps cpu.cfs_quota_us (cpu.max) open, and in a restored container that
 // file's path names the container, so a second checkpoint of it would not
@@ -29,9 +37,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -39,12 +51,24 @@ import (
 	"rekindle.local/oci-checkpoint/pkg/wake"
 )
 
+// init names the process: the waiter and the idle helper are exec'd
+// through /proc/self/exe, which would call them "exe" in ps and CRIU's
+// images. It runs on the main thread, whose name is the process's.
+func init() {
+	name := []byte(filepath.Base(wake.HelperPath) + "\x00")
+	unix.Prctl(unix.PR_SET_NAME, uintptr(unsafe.Pointer(&name[0])), 0, 0, 0)
+}
+
 type calls []string
 
 func (c *calls) String() string     { return fmt.Sprint(*c) }
 func (c *calls) Set(s string) error { *c = append(*c, s); return nil }
 
 func main() {
+	if len(os.Args) == 2 && os.Args[1] == wake.IdleArg {
+		idle()
+		return
+	}
 	if len(os.Args) < 2 || (os.Args[1] != "start" && os.Args[1] != "wait") {
 		fmt.Fprintln(os.Stderr, "usage: rekindle-wake start|wait --engine NAME --port N [--resume CALL]... [--deadline D] [--poll D]")
 		os.Exit(2)
@@ -87,6 +111,10 @@ func start() {
 		fail(err)
 	}
 	os.Remove(wake.PidFile)
+	if pid, ok := rearm(os.Args[2:]); ok {
+		fmt.Println(pid)
+		return
+	}
 	// The waiter runs this very file, not whatever the path names by now.
 	cmd := exec.Command("/proc/self/exe", append([]string{"wait"}, os.Args[2:]...)...)
 	cmd.Args[0] = os.Args[0]
@@ -161,9 +189,86 @@ func wait(p engine.Profile, poll, deadline time.Duration) {
 		f.WriteString(line)
 		f.Close()
 	}
-	if s.Outcome != wake.Resumed {
-		os.Exit(1)
+	goIdle()
+}
+
+// goIdle becomes "rekindle-wake idle" (the same file, a fresh process
+// image: nothing of the wake is kept); if the exec fails it sleeps as it is.
+func goIdle() {
+	syscall.Exec("/proc/self/exe", []string{os.Args[0], wake.IdleArg}, os.Environ())
+	idle()
+}
+
+// idle sleeps until start arms it: SIGUSR1 with the flags in the args
+// file, then it execs the helper file now at wake.HelperPath as a waiter
+// with them (the file the new checkpoint wrote and checks runs).
+func idle() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGUSR1)
+	for range ch {
+		b, err := os.ReadFile(wake.ArgsFile)
+		var args []string
+		if err != nil || json.Unmarshal(b, &args) != nil {
+			continue
+		}
+		os.Remove(wake.ArgsFile)
+		syscall.Exec(wake.HelperPath, append([]string{wake.HelperPath, "wait"}, args...), os.Environ())
 	}
+}
+
+// rearm hands args to an idle helper of this container, if there is one,
+// and returns its pid once it waits with them.
+func rearm(args []string) (int, bool) {
+	pid := findIdle("/proc")
+	if pid == 0 {
+		return 0, false
+	}
+	b, _ := json.Marshal(args)
+	if os.WriteFile(wake.ArgsFile+".tmp", b, 0o644) != nil || os.Rename(wake.ArgsFile+".tmp", wake.ArgsFile) != nil {
+		return 0, false
+	}
+	if syscall.Kill(pid, syscall.SIGUSR1) != nil {
+		os.Remove(wake.ArgsFile)
+		return 0, false
+	}
+	for i := 0; i < 500; i++ {
+		if b, err := os.ReadFile(wake.PidFile); err == nil && string(b) == strconv.Itoa(pid) {
+			return pid, true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// It did not take the flags: start a new waiter (this one may stay idle).
+	os.Remove(wake.ArgsFile)
+	return 0, false
+}
+
+// findIdle is the pid of an idle helper in the process table at proc
+// (its command line "rekindle-wake idle"), 0 when there is none.
+func findIdle(proc string) int {
+	ents, err := os.ReadDir(proc)
+	if err != nil {
+		return 0
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile(proc + "/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		if isIdle(b) {
+			return pid
+		}
+	}
+	return 0
+}
+
+// isIdle says whether a /proc/PID/cmdline is an idle helper's.
+func isIdle(cmdline []byte) bool {
+	argv := strings.Split(strings.TrimSuffix(string(cmdline), "\x00"), "\x00")
+	return len(argv) == 2 && filepath.Base(argv[0]) == filepath.Base(wake.HelperPath) && argv[1] == wake.IdleArg
 }
 
 // loopbackUp brings the container's lo up. Stock runc restores a container

@@ -2,8 +2,11 @@ package cliapp
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -78,4 +81,58 @@ func TestSignalContext(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("SIGTERM did not cancel the context")
 	}
+}
+
+func TestInterruptContext(t *testing.T) {
+	var out syncBuffer
+	ctx, stop := InterruptContext(&out, "undoing", "still undoing")
+	defer stop()
+	for i := 0; i < 2; i++ {
+		if err := syscall.Kill(syscall.Getpid(), syscall.SIGINT); err != nil {
+			t.Fatal(err)
+		}
+		// The second must not end the test binary: it is only said.
+		deadline := time.Now().Add(5 * time.Second)
+		for !strings.Contains(out.String(), []string{"==> SIGINT: undoing", "==> SIGINT again: still undoing"}[i]) {
+			if time.Now().After(deadline) {
+				t.Fatalf("signal %d not said: %q", i+1, out.String())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	<-ctx.Done()
+	var s Signal
+	if !errors.As(context.Cause(ctx), &s) || s.Sig != syscall.SIGINT {
+		t.Fatalf("cause %v, want Signal{SIGINT}", context.Cause(ctx))
+	}
+	if s.Error() != "interrupted by SIGINT" || s.ExitCode() != 130 {
+		t.Errorf("got %q, %d", s.Error(), s.ExitCode())
+	}
+	if got := (Signal{syscall.SIGTERM}).ExitCode(); got != 143 {
+		t.Errorf("SIGTERM's status %d, want 143", got)
+	}
+	// Wrapped, it still gives its status.
+	code := Main(app(fmt.Errorf("%w during dump", s)), []string{"prog"}, &bytes.Buffer{})
+	if code != 130 {
+		t.Errorf("Main's status %d, want 130", code)
+	}
+}
+
+// syncBuffer is a bytes.Buffer the signal goroutine may write to while the
+// test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

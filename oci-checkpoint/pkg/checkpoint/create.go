@@ -6,6 +6,7 @@ package checkpoint
 import (
 	"context"
 	"crypto/ed25519"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -80,16 +81,28 @@ type Options struct {
 // Create checkpoints the container into an image. On failure after the
 // engine was quiesced it is resumed and left running, and nothing is left
 // in the image store.
+//
+// ctx ending (a signal: cliapp.InterruptContext) interrupts it: what
+// changes the engine (a quiesce call, the helper's start, the dump) is
+// never cut short, since a CRIU stopped half way leaves the engine frozen;
+// Create stops at the next step, undoes as after a failure and returns
+// ctx's cause. Once the image is stored it finishes as asked.
 func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err error) {
+	defer func() {
+		// An RPC that ctx's end cut short says "context canceled": say why.
+		if cause := context.Cause(ctx); err != nil && ctx.Err() != nil && !errors.Is(err, cause) {
+			err = fmt.Errorf("%w: %v", cause, err)
+		}
+	}()
 	cr, err := open(ctx, c, o)
 	if err != nil {
 		return nil, err
 	}
 	defer cr.root.Close()
-	if err := cr.t.Run("health", cr.health); err != nil {
+	if err := cr.run("health", cr.health, "nothing was changed, the engine is left running"); err != nil {
 		return nil, err
 	}
-	if err := cr.t.Run("preflight", cr.preflight); err != nil {
+	if err := cr.run("preflight", cr.preflight, "nothing was changed, the engine is left running"); err != nil {
 		return nil, err
 	}
 	defer func() {
@@ -97,35 +110,62 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 			err = cr.undo(err)
 		}
 	}()
-	if err := cr.t.Run("quiesce", cr.quiesce); err != nil {
+	const none = "no image was written"
+	if err := cr.run("quiesce", cr.quiesce, none); err != nil {
 		return nil, err
 	}
-	if err := cr.t.Run("inject-helper", cr.injectHelper); err != nil {
+	if err := cr.run("inject-helper", cr.injectHelper, none); err != nil {
 		return nil, err
 	}
 	cr.host, cr.runtime = hostinfo.Read(), hostinfo.ReadRuntime()
-	if err := cr.t.Run("record", cr.record); err != nil {
+	if err := cr.run("record", cr.record, none); err != nil {
 		return nil, err
 	}
 	cleanup, err := cr.workspace()
 	if err != nil {
+		return nil, cr.interruptedOr("dump", err, none)
+	}
+	defer func() { cleanup(err != nil) }()
+	if err := cr.run("dump", cr.dump, none); err != nil {
 		return nil, err
 	}
-	defer cleanup()
-	if err := cr.t.Run("dump", cr.dump); err != nil {
-		return nil, err
-	}
+	// No check after it: the image is stored (storeImage looks at ctx
+	// last), and a signal from here on comes too late to undo.
 	if err := cr.t.Run("package", cr.pack); err != nil {
-		return nil, cr.packageFailed(err)
+		return nil, cr.packageFailed(cr.interruptedOr("package", err, none))
 	}
 	cr.quiesced = false // from here the image exists; resume below is not an undo
+	cr.ctx = context.WithoutCancel(cr.ctx)
 	return cr.finish()
 }
+
+// run runs the phase name and then looks for an interruption: one that
+// came while it ran, or cut it short, is the phase's error (what then
+// says what was done about it).
+func (cr *creation) run(name string, fn func() error, then string) error {
+	if err := cr.t.Run(name, fn); err != nil {
+		return cr.interruptedOr(name, err, then)
+	}
+	return cr.interruptedOr(name, nil, then)
+}
+
+// interruptedOr is err, or the interruption's error when ctx has ended.
+func (cr *creation) interruptedOr(phase string, err error, then string) error {
+	if cr.sig.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("%w during %s; %s", context.Cause(cr.sig), phase, then)
+}
+
+// hold is the context of a step that must not be cut short: its values
+// (namespace, lease), not ctx's end.
+func (cr *creation) hold() context.Context { return context.WithoutCancel(cr.ctx) }
 
 // creation is one Create in progress: what the phases find and leave for
 // the next.
 type creation struct {
 	ctx  context.Context // under the lease once workspace has taken it
+	sig  context.Context // Create's own: its end interrupts
 	c    *client.Client
 	o    Options
 	name string // the image's, normalised
@@ -206,7 +246,7 @@ func open(ctx context.Context, c *client.Client, o Options) (*creation, error) {
 	if err != nil {
 		return nil, err
 	}
-	cr := &creation{ctx: ctx, c: c, o: o, name: name, ctr: ctr, info: info, diffLower: diffLower, baseDigest: baseDigest, task: task, spec: spec, pid: pid, root: root,
+	cr := &creation{ctx: ctx, sig: ctx, c: c, o: o, name: name, ctr: ctr, info: info, diffLower: diffLower, baseDigest: baseDigest, task: task, spec: spec, pid: pid, root: root,
 		t: &phase.Timer{Out: o.Progress}}
 	cr.eng = &engine.Client{HTTP: NetnsHTTP(pid), Base: fmt.Sprintf("http://127.0.0.1:%d", o.Engine.Port)}
 	if o.URL != "" {
@@ -228,9 +268,12 @@ func (cr *creation) finish() (*Result, error) {
 			return cr.res, fmt.Errorf("the image %s was written but the engine did not resume: %w", cr.name, err)
 		}
 	case cr.o.StopAtDump:
-		// The dump ended the container.
+		// The dump ended the container: its task goes, with its address and ports.
+		if err := deleteTask(cr.ctx, cr.task, cr.info.Labels); err != nil {
+			return cr.res, fmt.Errorf("the image %s was written but deleting the stopped task failed: %w", cr.name, err)
+		}
 	default:
-		if err := cr.t.Run("stop", func() error { return stopTask(cr.ctx, cr.task) }); err != nil {
+		if err := cr.t.Run("stop", func() error { return stopTask(cr.ctx, cr.task, cr.info.Labels) }); err != nil {
 			return cr.res, fmt.Errorf("the image %s was written but stopping the container failed: %w", cr.name, err)
 		}
 	}
@@ -242,7 +285,7 @@ func (cr *creation) finish() (*Result, error) {
 // undo resumes the engine after a failure past the quiesce: the helper
 // resumes it once it sees the wake file; without a helper, from here.
 func (cr *creation) undo(err error) error {
-	if rerr := resume(cr.ctx, cr.root, cr.eng, cr.o, cr.helperUp, cr.task); rerr != nil {
+	if rerr := resume(cr.hold(), cr.root, cr.eng, cr.o, cr.helperUp, cr.task); rerr != nil {
 		return fmt.Errorf("%w; resuming the engine failed too: %v", err, rerr)
 	}
 	return fmt.Errorf("%w (the engine was resumed and is running)", err)

@@ -22,29 +22,39 @@ import (
 
 // workspace takes the lease and makes the work directory; cleanup
 // removes the directory and lets the lease go.
-func (cr *creation) workspace() (cleanup func(), err error) {
+func (cr *creation) workspace() (cleanup func(failed bool), err error) {
 	// The lease keeps what we write from the garbage collector until the
 	// image holds it, and lets it go if we fail.
-	ctx, done, err := cr.c.WithLease(cr.ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
+	ls := cr.c.LeasesService()
+	l, err := ls.Create(cr.ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
 	if err != nil {
 		return nil, err
 	}
+	ctx := leases.WithLease(cr.ctx, l.ID)
 	cr.ctx = ctx
-	release := func() { done(context.WithoutCancel(ctx)) }
+	release := func(failed bool) {
+		var opts []leases.DeleteOpt
+		if failed {
+			// What a failed or interrupted checkpoint wrote goes now, not
+			// at some later collection.
+			opts = append(opts, leases.SynchronousDelete)
+		}
+		ls.Delete(context.WithoutCancel(ctx), l, opts...)
+	}
 	work, err := os.MkdirTemp(cr.o.WorkDir, "oci-checkpoint-")
 	if err != nil {
-		release()
+		release(true)
 		return nil, fmt.Errorf("work directory: %w (pass --work-dir on a filesystem with room for the checkpoint)", err)
 	}
-	cleanup = func() {
+	cleanup = func(failed bool) {
 		os.RemoveAll(work)
-		release()
+		release(failed)
 	}
 	cr.work = work
 	cr.archiveDir = filepath.Join(work, "archive")
 	cr.criuDir = filepath.Join(cr.archiveDir, crmetadata.CheckpointDirectory)
 	if err := os.MkdirAll(cr.criuDir, 0o700); err != nil {
-		cleanup()
+		cleanup(true)
 		return nil, err
 	}
 	cr.checkpointedAt = time.Now().UTC()
@@ -59,7 +69,9 @@ func (cr *creation) dump() error {
 	var count progress.Counter
 	stopWatch := watchDir(cr.criuDir, &count)
 	stop := progress.Start(cr.o.Progress, cr.o.ProgressMode, "dump", dumpEstimate(cr.pid), &count)
-	_, err := cr.task.Checkpoint(cr.ctx, client.WithCheckpointImagePath(cr.criuDir), withOptions(cr.archiveDir, cr.o.StopAtDump))
+	// Not cut short by an interruption: runc killed half way leaves the
+	// container frozen (Paused) and CRIU's work lost.
+	_, err := cr.task.Checkpoint(cr.hold(), client.WithCheckpointImagePath(cr.criuDir), withOptions(cr.archiveDir, cr.o.StopAtDump))
 	stop()
 	stopWatch()
 	if err != nil {

@@ -121,6 +121,16 @@ func resume(ctx context.Context, root *inroot.Root, eng *engine.Client, o Option
 	if err != nil {
 		return fmt.Errorf("ask containerd whether the container still runs: %w", err)
 	}
+	if st.Status == client.Paused || st.Status == client.Pausing {
+		// A dump that ended half way (CRIU or runc killed) leaves the
+		// container frozen: thaw it, or the engine cannot answer.
+		if err := task.Resume(ctx); err != nil {
+			return fmt.Errorf("the container is %s (a dump that ended half way froze it) and unpausing it failed: %w", st.Status, err)
+		}
+		if st, err = task.Status(ctx); err != nil {
+			return fmt.Errorf("ask containerd whether the container still runs: %w", err)
+		}
+	}
 	if st.Status != client.Running {
 		return fmt.Errorf("the container is no longer running (%s)", st.Status)
 	}

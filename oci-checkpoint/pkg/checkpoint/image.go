@@ -133,6 +133,12 @@ func writeManifest(ctx context.Context, cs content.Store, cfg, layer ocispec.Des
 func storeImage(ctx context.Context, c *client.Client, name string, mdesc ocispec.Descriptor, replace bool) error {
 	img := images.Image{Name: name, Target: mdesc, Labels: map[string]string{annotations.ImageLabel: "true"}}
 	is := c.ImageService()
+	// The last look at an interruption: past it the image is stored, and
+	// the store's answer must not be lost to one.
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	ctx = context.WithoutCancel(ctx)
 	_, err := is.Create(ctx, img)
 	switch {
 	case errdefs.IsAlreadyExists(err) && replace:
@@ -163,6 +169,9 @@ func exportArchive(ctx context.Context, c *client.Client, desc ocispec.Descripto
 	}
 	if err != nil {
 		return noSpace(fmt.Errorf("export to %s: %w", path, err), filepath.Dir(path))
+	}
+	if err := ctx.Err(); err != nil {
+		return err // interrupted: the partial file goes
 	}
 	return os.Rename(tmp, path)
 }

@@ -112,7 +112,7 @@ func writeLayer(ctx context.Context, c *client.Client, dir string, o Options) (o
 		stop()
 		return ocispec.Descriptor{}, "", CheckCompression(o.Compression)
 	}
-	err = writeTar(out, dir, plan, pagesDir, &count)
+	err = writeTar(ctxWriter{ctx, out}, dir, plan, pagesDir, &count)
 	if zw != nil {
 		// Its frames go on being written to aw until it is closed: close it
 		// before aw, also when the tar stream failed.
@@ -351,4 +351,18 @@ func contentRoot(ctx context.Context, c *client.Client) string {
 		return ""
 	}
 	return root
+}
+
+// ctxWriter fails its writes once ctx has ended: an interrupted packaging
+// stops at its next write instead of writing the whole layer first.
+type ctxWriter struct {
+	ctx context.Context
+	w   io.Writer
+}
+
+func (c ctxWriter) Write(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.w.Write(p)
 }

@@ -56,30 +56,38 @@ func findManifest(ctx context.Context, c *client.Client, ref string, reg registr
 	case !errdefs.IsNotFound(err):
 		return f, err
 	}
+	m, desc, err := remoteManifest(ctx, name, reg)
+	f.m, f.desc = m, desc
+	return f, err
+}
+
+// remoteManifest reads name's manifest (the platform's, from an index)
+// from its registry.
+func remoteManifest(ctx context.Context, name string, reg registry.Options) (ocispec.Manifest, ocispec.Descriptor, error) {
 	ctx = registry.Quiet(ctx)
 	named, err := reference.ParseNormalizedNamed(name)
 	if err != nil {
-		return f, err
+		return ocispec.Manifest{}, ocispec.Descriptor{}, err
 	}
-	resolver, err := registry.New(ctx, reference.Domain(named), reg)
+	host := reference.Domain(named)
+	resolver, err := registry.New(ctx, host, reg)
 	if err != nil {
-		return f, err
+		return ocispec.Manifest{}, ocispec.Descriptor{}, err
 	}
 	_, desc, err := resolver.Resolve(ctx, name)
 	if err != nil {
-		return f, fmt.Errorf("image %s is not in the local store, and its registry did not give its manifest: %w", name, resolver.Explain(err))
+		return ocispec.Manifest{}, ocispec.Descriptor{}, fmt.Errorf("image %s is not in the local store, and its registry did not give its manifest: %w", name, resolver.Explain(err))
 	}
 	fetcher, err := resolver.Fetcher(ctx, name)
 	if err != nil {
-		return f, err
+		return ocispec.Manifest{}, ocispec.Descriptor{}, err
 	}
-	p := &manifestRecorder{Provider: fetchProvider{fetcher}, desc: desc}
-	f.m, err = images.Manifest(ctx, p, desc, platforms.Default())
+	p := &manifestRecorder{Provider: fetchProvider{fetcher, host}, desc: desc}
+	m, err := images.Manifest(ctx, p, desc, platforms.Default())
 	if err != nil {
-		return f, fmt.Errorf("fetch the manifest of %s: %w", name, resolver.Explain(err))
+		return m, desc, fmt.Errorf("fetch the manifest of %s: %w", name, resolver.Explain(err))
 	}
-	f.desc = p.desc
-	return f, nil
+	return m, p.desc, nil
 }
 
 // manifestRecorder keeps the descriptor of the last image manifest read
@@ -96,17 +104,28 @@ func (r *manifestRecorder) ReaderAt(ctx context.Context, desc ocispec.Descriptor
 	return r.Provider.ReaderAt(ctx, desc)
 }
 
-type fetchProvider struct{ f remotes.Fetcher }
+// fetchProvider reads blobs of the registry host (or the mirror its
+// hosts.toml names) through f.
+type fetchProvider struct {
+	f    remotes.Fetcher
+	host string
+}
 
+// ReaderAt reads desc whole. A read the registry cuts short names the
+// registry and the blob: the bare "unexpected EOF" named neither.
 func (p fetchProvider) ReaderAt(ctx context.Context, desc ocispec.Descriptor) (content.ReaderAt, error) {
 	rc, err := p.f.Fetch(ctx, desc)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("registry %s, blob %s: %w", p.host, desc.Digest, err)
 	}
 	defer rc.Close()
 	b, err := io.ReadAll(io.LimitReader(rc, 4<<20))
+	if err == nil && desc.Size > 0 && int64(len(b)) != desc.Size {
+		err = fmt.Errorf("short read: expected %d bytes but got %d: %w", desc.Size, len(b), io.ErrUnexpectedEOF)
+	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("registry %s cut the read of blob %s (%s, %d bytes) short: %w (is the registry up? try again)",
+			p.host, desc.Digest, desc.MediaType, desc.Size, err)
 	}
 	return bytesReaderAt(b), nil
 }

@@ -176,5 +176,8 @@ func (cr *creation) packageFailed(err error) error {
 		return err
 	}
 	cr.quiesced = false
+	if derr := deleteTask(context.WithoutCancel(cr.ctx), cr.task, cr.info.Labels); derr != nil {
+		err = fmt.Errorf("%w (and %v)", err, derr)
+	}
 	return fmt.Errorf("%w; the container was stopped by the dump (--stop-at-dump): restart it with 'nerdctl start %s'", err, cr.o.Container)
 }

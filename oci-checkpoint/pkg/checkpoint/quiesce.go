@@ -51,11 +51,19 @@ func (cr *creation) preflight() error {
 	return nil
 }
 
+// quiesce makes the profile's calls. A call in flight is not cut short by
+// an interruption (the engine would be left half released): the next is
+// not made, and the engine is resumed.
 func (cr *creation) quiesce() error {
-	ctx, cancel := context.WithTimeout(cr.ctx, cr.o.QuiesceTimeout)
+	ctx, cancel := context.WithTimeout(cr.hold(), cr.o.QuiesceTimeout)
 	defer cancel()
-	for _, call := range cr.o.Engine.Quiesce {
+	for i, call := range cr.o.Engine.Quiesce {
+		if cr.sig.Err() != nil {
+			cr.quiesced = i > 0
+			return context.Cause(cr.sig)
+		}
 		if err := cr.eng.Do(ctx, call); err != nil {
+			cr.quiesced = cr.sig.Err() != nil // a failure of its own leaves it as it was
 			return fmt.Errorf("quiesce: %w; the engine is left running", err)
 		}
 	}
@@ -64,7 +72,7 @@ func (cr *creation) quiesce() error {
 }
 
 func (cr *creation) injectHelper() error {
-	if err := injectHelper(cr.ctx, cr.root, cr.task, cr.spec, cr.o); err != nil {
+	if err := injectHelper(cr.hold(), cr.root, cr.task, cr.spec, cr.o); err != nil {
 		return err
 	}
 	cr.helperUp = true

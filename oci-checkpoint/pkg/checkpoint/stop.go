@@ -12,13 +12,15 @@ import (
 	"time"
 
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/errdefs"
 
 	"rekindle.local/oci-checkpoint/pkg/progress"
 )
 
 // stopTask kills the checkpointed container's processes once its image is
-// written, as a dump that exits would have, and waits for the task to end.
-func stopTask(ctx context.Context, task client.Task) error {
+// written, as a dump that exits would have, waits for the task to end and
+// deletes it (deleteTask).
+func stopTask(ctx context.Context, task client.Task, labels map[string]string) error {
 	exited, err := task.Wait(ctx)
 	if err != nil {
 		return err
@@ -28,12 +30,31 @@ func stopTask(ctx context.Context, task client.Task) error {
 	}
 	select {
 	case <-exited:
-		return nil
 	case <-time.After(30 * time.Second):
 		return fmt.Errorf("the container's task did not exit within 30s of SIGKILL")
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	return deleteTask(ctx, task, labels)
+}
+
+// criKind labels the containers containerd's CRI plugin manages.
+const criKind = "io.cri-containerd.kind"
+
+// deleteTask deletes the ended task of a stopped container. runc then runs
+// the container's poststop hooks: nerdctl's gives back its CNI address and
+// host ports (the port reserver holding them goes), which a task left
+// stopped keeps until 'nerdctl rm' or 'start', so a restore of the image on
+// the same host port would fail with "port is already allocated". The
+// container stays; 'nerdctl start' starts it afresh.
+func deleteTask(ctx context.Context, task client.Task, labels map[string]string) error {
+	if labels[criKind] != "" {
+		return nil // CRI deletes its containers' tasks itself as they exit; the pod holds the network
+	}
+	if _, err := task.Delete(ctx, client.WithProcessKill); err != nil && !errdefs.IsNotFound(err) {
+		return fmt.Errorf("delete the stopped task (which gives back its address and ports): %w", err)
+	}
+	return nil
 }
 
 // watchDir counts the bytes of the files in dir every half second into c,

@@ -11,11 +11,18 @@ const (
 	HelperPath = Dir + "/rekindle-wake"
 	// WakeFile appears when the container is restored (it travels in the
 	// checkpoint's rootfs diff) or when oci-checkpoint resumes in place.
-	WakeFile    = Dir + "/wake"
-	StatusFile  = Dir + "/status"
-	PidFile     = Dir + "/wake.pid"
+	WakeFile   = Dir + "/wake"
+	StatusFile = Dir + "/status"
+	PidFile    = Dir + "/wake.pid"
+	// ArgsFile hands an idle helper the flags it is armed again with.
+	ArgsFile    = Dir + "/wake.args"
 	DevicesFile = Dir + "/devices.json"
 )
+
+// IdleArg is argv[1] of a helper that has woken the engine and sleeps
+// until the next checkpoint arms it again: exiting would leave a zombie
+// under an engine's PID 1 that never reaps (see cmd/rekindle-wake).
+const IdleArg = "idle"
 
 // Outcomes of a wake.
 const (
