@@ -74,8 +74,16 @@ func (e *Exit) Await(conn syscall.Conn) error {
 }
 
 // Err returns an error naming how CRIU died if it has exited, nil while
-// it runs. It does not reap CRIU: runc's Wait does.
+// it runs. A read that failed may have seen CRIU's end of the socket
+// closed by its exit before the exit is complete: Err gives it a second.
+// It does not reap CRIU: runc's Wait does.
 func (e *Exit) Err() error {
+	fds := []unix.PollFd{{Fd: int32(e.fd), Events: unix.POLLIN}}
+	for {
+		if _, err := unix.Poll(fds, 1000); !errors.Is(err, unix.EINTR) {
+			break
+		}
+	}
 	var info unix.Siginfo
 	if err := unix.Waitid(unix.P_PIDFD, e.fd, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil); err != nil {
 		return nil

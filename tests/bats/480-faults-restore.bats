@@ -3,9 +3,10 @@
 # restore (runc-patches/libct-criu-fail-a-restore-at-once-when-CRIU-dies-and),
 # a restore that outlasts checkpoint_restore_timeout with a published port
 # (rekindle.local/restore/shim's kill loop spares runc's cleanup hook), and
-# a failed `nerdctl run` of a checkpoint image: each fails at once, naming
-# its cause, and once nerdctl has removed the container the host holds
-# nothing of it (faults.bash, assert_nothing_left: no process, cgroup,
+# a failed `nerdctl run` of a checkpoint image (containerd-patches/tasks-start-cold-when-the-runtime-fails-to-restore-a
+# deletes its task: no shim or logger stays beside the Created container
+# nerdctl leaves): each fails at once, naming its cause, and once nerdctl
+# has removed the container the host holds nothing of it (faults.bash, assert_nothing_left: no process, cgroup,
 # mount, port, CNI address, snapshot or lease).
 
 load helpers
@@ -87,6 +88,20 @@ restores_again() {
 	run_nerdctl rm -f again
 }
 
+# no_task_left NAME PORT ID: before nerdctl rm, a failed run leaves at most
+# the Created container nerdctl made (its record, its snapshot): no task,
+# shim, logger, process, port or CNI address of it.
+no_task_left() {
+	local left i
+	for ((i = 0; i < 25; i++)); do
+		left=$(what_is_left "$@" | grep -Ev "^(container $1 Created|containerd container|snapshot|lease) " || true)
+		[ -n "$left" ] || break
+		sleep 0.2
+	done
+	echo "left before nerdctl rm: $(what_is_left "$@")" >&2
+	is "$left" "" "what the failed run of $1 left but its Created container"
+}
+
 # killed_at NAME PATTERN: kill -9 the CRIU of a restore of NAME when its log
 # shows PATTERN; the run fails at once naming CRIU's death, and after rm -f
 # nothing is left.
@@ -101,6 +116,9 @@ killed_at() {
 	grep -Eq "criu \(pid $pid\) died, killed by signal 9 \(SIGKILL\)" "$RUN_OUT" ||
 		die "the error does not say that CRIU (pid $pid) was killed"
 	! grep -q "cgroupd: recv req error" "$RUN_OUT" || die "the error names the cgroup daemon, an effect"
+	grep -q "its task is removed; the container $id is left, as after any failed start: nerdctl rm removes it" "$RUN_OUT" ||
+		die "the error does not say that the container is left"
+	no_task_left "$name" "$port" "$id"
 	removed "$name"
 	assert_nothing_left "$name" "$port" "$id"
 	restores_again
