@@ -94,7 +94,7 @@ restores_again() {
 no_task_left() {
 	local left i
 	for ((i = 0; i < 25; i++)); do
-		left=$(what_is_left "$@" | grep -Ev "^(container $1 Created|containerd container|snapshot|lease) " || true)
+		left=$(what_is_left "$@" | grep -Ev "^(container $1 Created$|containerd container |snapshot |lease )" || true)
 		[ -n "$left" ] || break
 		sleep 0.2
 	done
