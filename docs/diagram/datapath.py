@@ -60,6 +60,7 @@ PATCHES = {
     "r-guard": ("runc-patches", "libct-criu-check-a-restore-s-images-with-Rekindle-s"),
     "r-stdio": ("runc-patches", "libct-criu-inherit-the-new-process-s-stdio-from-the"),
     "r-peer": ("runc-patches", "libct-criu-obey-only-CRIU-s-own-messages-on-the-RPC"),
+    "r-criu-died": ("runc-patches", "libct-criu-fail-a-restore-at-once-when-CRIU-dies-and"),
     "k-zombie": ("criu-patches", "dump-record-a-zombie-s-thread-id-in-pstree.img"),
     "k-shmem-err": ("criu-patches", "shmem-fail-the-restore-when-shared-memory-pages"),
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
@@ -199,11 +200,11 @@ BOXES = [
      "seccomp, LSM label, limits, scheduling, namespaces, cgroups, mounts, files, leases) and any image "
      "file or file kind it does not read, and runs CRIU in a mount namespace that holds only what it "
      "needs; runc takes the stdio's inherited descriptors from the images, obeys only CRIU's own "
-     "messages, hands CRIU the resolved bind-mount sources (CDI's driver files) and brings up the "
-     "restored network namespace's loopback.",
+     "messages, fails a restore at once when CRIU dies, hands CRIU the resolved bind-mount sources "
+     "(CDI's driver files) and brings up the restored network namespace's loopback.",
      [P("r-guard", "the guard's hook"), "guard/check/", "guard/jail/",
       P("r-stdio", "stdio inherited from the images"), P("r-peer", "only CRIU's messages, in order"),
-      "guard/peer/", P("r-program", "seccomp program built to compare"),
+      "guard/peer/", P("r-criu-died", "fails at once when CRIU dies"), P("r-program", "seccomp program built to compare"),
       P("r-enosys", "seccomp program the same each time"), P("r-bind", "bind-mount sources"),
       P("r-lo", "loopback up"),
       P("c-deadline", "killed at checkpoint_restore_timeout")]),
