@@ -67,6 +67,11 @@ what_is_left() {
 	iptables-save -t nat 2>/dev/null | grep -E -- "--dport $port( |$)" | sed 's/^/port forward /'
 	for p in $(stack_criu); do echo "criu process $p"; done
 	[ -n "$id" ] || return 0
+	# CNI's bridge and firewall plugins: rules naming the container or its address.
+	iptables-save 2>/dev/null | grep -F -- "$id" | sed 's/^/iptables rule /'
+	for p in $(grep -rlF -- "$id" /var/lib/cni/networks 2>/dev/null); do
+		iptables-save 2>/dev/null | grep -F -- "${p##*/}/32" | sed 's/^/iptables rule /'
+	done
 	"${c[@]}" containers ls -q 2>/dev/null | grep -x "$id" | sed 's/^/containerd container /'
 	"${c[@]}" tasks ls 2>/dev/null | awk -v i="$id" '$1 == i {print "task " $0}'
 	"$BIN/runc" --root "$RK_DIR/runc/default" list -q 2>/dev/null | grep -x "$id" | sed 's/^/runc container /'
