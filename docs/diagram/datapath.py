@@ -38,6 +38,10 @@ PATCHES = {
     "c-cold-host": ("containerd-patches", "checkpointimage-start-cold-when-a-host-cannot-restor"),
     "c-cold-tasks": ("containerd-patches", "tasks-start-cold-when-the-runtime-fails"),
     "c-cold-cri": ("containerd-patches", "cri-start-cold-when-the-runtime-fails"),
+    "c-annotations": ("containerd-patches", "cri-keep-the-kubelet-s-annotations"),
+    "c-cri-phases": ("containerd-patches", "cri-log-the-phase-times-of-each-restore"),
+    "c-cold-log": ("containerd-patches", "cri-begin-a-cold-started-checkpoint-container"),
+    "c-inflight": ("containerd-patches", "runc-shim-leave-out-TCP-connections-not-yet-accepted"),
     "c-gc-unlink": ("containerd-patches", "metadata-unlink-a-collected-snapshot"),
     "c-ckpt-dir": ("containerd-patches", "tasks-remove-the-directory-a-checkpoint-is-extracted"),
     "c-fault": ("containerd-patches", "archive-fault-a-large-file-s-pages"),
@@ -60,6 +64,7 @@ PATCHES = {
     "r-guard": ("runc-patches", "libct-criu-check-a-restore-s-images-with-Rekindle-s"),
     "r-stdio": ("runc-patches", "libct-criu-inherit-the-new-process-s-stdio-from-the"),
     "r-peer": ("runc-patches", "libct-criu-obey-only-CRIU-s-own-messages-on-the-RPC"),
+    "r-criu-died": ("runc-patches", "libct-criu-fail-a-restore-at-once-when-CRIU-dies-and"),
     "k-zombie": ("criu-patches", "dump-record-a-zombie-s-thread-id-in-pstree.img"),
     "k-shmem-err": ("criu-patches", "shmem-fail-the-restore-when-shared-memory-pages"),
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
@@ -140,6 +145,7 @@ BOXES = [
      "containerd's task checkpoint, runc checkpoint, CRIU dumps the processes into a work directory; "
      "the engine keeps running until the image is written.",
      ["oci-checkpoint/pkg/checkpoint/dump.go", P("k-zombie", "a zombie's thread id recorded"),
+      P("c-inflight", "connections not yet accepted left out"),
       N("CRIU's options for runc: /etc/criu/runc.conf, written by", "ansible/roles/containerd/")]),
     ("CUDA checkpoint",
      "CRIU's CUDA plugin runs our cuda-checkpoint: lock, then the GPU state is copied to host memory and "
@@ -184,7 +190,8 @@ BOXES = [
      [P("c-policy", "host's restore policy"), P("c-signature", "signed by a listed key"),
       P("c-cold-host", "host check, cold start"),
       "restore/checkpointimage/gpus.go", "restore/checkpointimage/preflight.go",
-      P("c-restore", "tasks: restore on create"), P("c-cri", "CRI restores, holding its entry")]),
+      P("c-restore", "tasks: restore on create"), P("c-cri", "CRI restores, holding its entry"),
+      P("c-annotations", "the kubelet's annotations kept")]),
     ("cache",
      "The extracted-checkpoint cache, keyed by layer: the second restore unpacks nothing. The rootfs is "
      "the base image plus rootfs-diff.tar applied into the overlay's upper directory; a CRI container "
@@ -199,11 +206,11 @@ BOXES = [
      "seccomp, LSM label, limits, scheduling, namespaces, cgroups, mounts, files, leases) and any image "
      "file or file kind it does not read, and runs CRIU in a mount namespace that holds only what it "
      "needs; runc takes the stdio's inherited descriptors from the images, obeys only CRIU's own "
-     "messages, hands CRIU the resolved bind-mount sources (CDI's driver files) and brings up the "
-     "restored network namespace's loopback.",
+     "messages, fails a restore at once when CRIU dies, hands CRIU the resolved bind-mount sources "
+     "(CDI's driver files) and brings up the restored network namespace's loopback.",
      [P("r-guard", "the guard's hook"), "guard/check/", "guard/jail/",
       P("r-stdio", "stdio inherited from the images"), P("r-peer", "only CRIU's messages, in order"),
-      "guard/peer/", P("r-program", "seccomp program built to compare"),
+      "guard/peer/", P("r-criu-died", "fails at once when CRIU dies"), P("r-program", "seccomp program built to compare"),
       P("r-enosys", "seccomp program the same each time"), P("r-bind", "bind-mount sources"),
       P("r-lo", "loopback up"),
       P("c-deadline", "killed at checkpoint_restore_timeout")]),
@@ -245,7 +252,8 @@ BOXES = [
 AROUND = [
     P("c-phases", "each restore's phase times logged"), P("c-criu-cause", "CRIU's own errors named"),
     P("c-cold-tasks", "a failed restore starts cold (tasks), a wait follows it"),
-    P("c-cold-cri", "the same under CRI"), P("c-gc-unlink", "GC unlinks a collected snapshot"),
+    P("c-cold-cri", "the same under CRI"), P("c-cold-log", "its log says why"),
+    P("c-cri-phases", "CRI's phase times too"), P("c-gc-unlink", "GC unlinks a collected snapshot"),
     P("c-ckpt-dir", "a containerd1 checkpoint's extracted copy removed after the restore"),
 ]
 

@@ -29,7 +29,8 @@ var (
 // RestoreWithin runs restore, this process's runc restore of container
 // id, until deadline or ctx's end. Then it kills what runc started
 // (CRIU, which runc starts without a parent-death signal, and the
-// processes CRIU restored so far), again until restore returns: runc
+// processes CRIU restored so far; not the hooks runc runs, such as the
+// poststop hook of its cleanup), again until restore returns: runc
 // sees CRIU fail and removes the container's cgroup, state and mounts
 // itself, which it cannot do if it is killed first, as ctx's end alone
 // would do. runc is killed only if it has not returned within
@@ -61,6 +62,8 @@ func RestoreWithin(ctx context.Context, id string, deadline time.Time, restore f
 				return
 			case <-tick.C:
 			case <-grace.C:
+				// A hook that did not end goes with runc.
+				left = append(left, runcTree(id)...)
 				killRunc()
 				// CRIU, if left, goes to this subreaper with runc.
 				killTree(left)
@@ -92,36 +95,79 @@ func isCRIU(pid int) bool {
 	return err == nil && strings.TrimSpace(string(b)) == "criu"
 }
 
-// restoreTree returns the processes under this process's runc restore
-// of container id, parents before their children; not runc itself.
+// restoreTree returns what this process's runc restore of container id
+// restores with, parents before their children: CRIU, the tasks it
+// restored as runc's children (in the container's PID namespace), and
+// every process below them. Not runc, and not the hooks runc runs: a
+// poststop hook it runs while it cleans up (nerdctl's frees the ports
+// and the address) must finish.
 func restoreTree(id string) []int {
+	children := procChildren()
+	var top []int
+	for _, runc := range children[os.Getpid()] {
+		if !isRestoreOf(runc, id) {
+			continue
+		}
+		for _, pid := range children[runc] {
+			if isCRIU(pid) || ownPIDNamespace(pid) {
+				top = append(top, pid)
+			}
+		}
+	}
+	return append(top, below(children, top)...)
+}
+
+// runcTree returns every process under this process's runc restore of
+// container id, hooks included; not runc itself.
+func runcTree(id string) []int {
 	_, below := childTrees(func(pid int) bool { return isRestoreOf(pid, id) })
 	return below
 }
 
-// childTrees returns this process's children that match, and every
-// process below them, parents before their children, read from /proc.
-func childTrees(match func(pid int) bool) (roots, below []int) {
+// ownPIDNamespace says whether pid is in another PID namespace than this
+// process: a restored task, not a hook.
+func ownPIDNamespace(pid int) bool {
+	self, err := os.Readlink("/proc/self/ns/pid")
+	if err != nil {
+		return false
+	}
+	ns, err := os.Readlink(filepath.Join("/proc", strconv.Itoa(pid), "ns", "pid"))
+	return err == nil && ns != self
+}
+
+// procChildren maps each process to its children, read from /proc.
+func procChildren() map[int][]int {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
-		return nil, nil
+		return nil
 	}
-	self := os.Getpid()
 	children := map[int][]int{}
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
 		if err != nil {
 			continue
 		}
-		ppid, ok := parentOf(pid)
-		if !ok {
-			continue
+		if ppid, ok := parentOf(pid); ok {
+			children[ppid] = append(children[ppid], pid)
 		}
-		children[ppid] = append(children[ppid], pid)
-		if ppid == self && match(pid) {
+	}
+	return children
+}
+
+// childTrees returns this process's children that match, and every
+// process below them, parents before their children, read from /proc.
+func childTrees(match func(pid int) bool) (roots, rest []int) {
+	children := procChildren()
+	for _, pid := range children[os.Getpid()] {
+		if match(pid) {
 			roots = append(roots, pid)
 		}
 	}
+	return roots, below(children, roots)
+}
+
+// below returns every process below roots, parents before children.
+func below(children map[int][]int, roots []int) (below []int) {
 	for next := roots; len(next) > 0; {
 		var level []int
 		for _, pid := range next {
@@ -130,7 +176,7 @@ func childTrees(match func(pid int) bool) (roots, below []int) {
 		below = append(below, level...)
 		next = level
 	}
-	return roots, below
+	return below
 }
 
 // parentOf reads a process's parent from /proc/PID/stat.
@@ -171,7 +217,7 @@ func isRestoreOf(pid int, id string) bool {
 	return false
 }
 
-// stopAndKill kills what the restore of id started: stopped first, so
+// stopAndKill kills what the restore of id restores with: stopped first, so
 // that CRIU forks no helper while it is looked at, then what is below
 // CRIU, and CRIU once those are gone, so that runc, seeing CRIU die, finds
 // the container's cgroup empty when it removes it.

@@ -124,10 +124,11 @@ func unixKill(pid int) {
 func TestRestoreWithinKillsCRIUTheShimAdopted(t *testing.T) {
 	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
-	dir := t.TempDir()
-	criu := filepath.Join(dir, "criu")
+	dir, _ := fakeRunc(t, false) // dir/criu: sleep, named as CRIU is
+	criu := filepath.Join(dir, "bin", "criu")
+	require.NoError(t, os.Mkdir(filepath.Join(dir, "bin"), 0o700))
 	require.NoError(t, os.WriteFile(criu, []byte("#!/bin/sh\n( ( while :; do sleep 1; done ) & echo $! >"+
-		dir+"/helper.pid )\nexec sleep 1000\n"), 0o700))
+		dir+"/helper.pid )\nexec "+dir+"/criu 1000\n"), 0o700))
 	script := filepath.Join(dir, "runc")
 	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"+criu+" &\nwait $!\nexit 1\n"), 0o700))
 	timedOut, err := RestoreWithin(context.Background(), "c1", time.Now().Add(300*time.Millisecond), runFake(script, "c1"))
@@ -143,31 +144,59 @@ func TestRestoreWithinKillsCRIUTheShimAdopted(t *testing.T) {
 	unix.Wait4(helper, &ws, unix.WNOHANG, nil)
 }
 
-// A hook runc waits on (nerdctl's, running CNI plugins) forks short-lived
-// children all the time: each look at the tree may find as many processes
-// as the last, but not the same ones. None of them may be left stopped,
-// holding the pipe runc reads the hook's output from, or runc, stuck, is
-// killed after the grace and cannot clean up.
-func TestRestoreWithinStopsAHookThatForks(t *testing.T) {
+// The poststop hook runc runs while it cleans up after the killed CRIU
+// (nerdctl's, running CNI plugins that fork all the time, freeing the
+// ports and the address) is neither stopped nor killed: it finishes, and
+// runc after it.
+func TestRestoreWithinSparesTheCleanupHook(t *testing.T) {
+	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
+	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
+	dir, _ := fakeRunc(t, false)
+	hook := filepath.Join(dir, "hook")
+	require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\ni=0\nwhile [ $i -lt 100 ]; do /bin/true & /bin/true & wait; i=$((i+1)); done\n"+
+		"sleep 0.3\necho done >"+dir+"/hook-done\n"), 0o700))
+	script := filepath.Join(dir, "runc")
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"+dir+"/criu 1000 &\necho $! >"+dir+"/criu.pid\nwait $!\n"+
+		"out=$("+hook+")\necho done >"+dir+"/cleaned-up\nexit 1\n"), 0o700))
+	for i := 0; i < 3; i++ {
+		os.Remove(filepath.Join(dir, "cleaned-up"))
+		os.Remove(filepath.Join(dir, "hook-done"))
+		timedOut, err := RestoreWithin(context.Background(), "c1", time.Now().Add(100*time.Millisecond), runFake(script, "c1"))
+		assert.True(t, timedOut)
+		assert.Error(t, err)
+		require.FileExists(t, filepath.Join(dir, "hook-done"), "run %d: the cleanup's hook was killed", i)
+		require.FileExists(t, filepath.Join(dir, "cleaned-up"), "run %d: runc was killed before it could clean up", i)
+		assert.True(t, gone(criuPid(t, dir)), "CRIU outlived the deadline")
+	}
+	for {
+		if _, err := unix.Wait4(-1, nil, unix.WNOHANG, nil); err != nil {
+			break
+		}
+	}
+}
+
+// A hook that never ends goes with runc after the grace, not left behind.
+func TestRestoreWithinKillsAStuckHookWithRunc(t *testing.T) {
 	require.NoError(t, unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))
 	defer unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 	grace := restoreKillGrace
-	restoreKillGrace = 3 * time.Second
+	restoreKillGrace = 500 * time.Millisecond
 	defer func() { restoreKillGrace = grace }()
 	dir := t.TempDir()
 	hook := filepath.Join(dir, "hook")
-	require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\nwhile :; do /bin/true & /bin/true & /bin/true & wait; done\n"), 0o700))
+	require.NoError(t, os.WriteFile(hook, []byte("#!/bin/sh\necho $$ >"+dir+"/hook.pid\nwhile :; do sleep 1; done\n"), 0o700))
 	script := filepath.Join(dir, "runc")
-	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\nout=$("+hook+")\necho done >"+dir+"/cleaned-up\nexit 1\n"), 0o700))
-	for i := 0; i < 20; i++ {
-		os.Remove(filepath.Join(dir, "cleaned-up"))
-		start := time.Now()
-		timedOut, err := RestoreWithin(context.Background(), "c1", start.Add(50*time.Millisecond), runFake(script, "c1"))
-		assert.True(t, timedOut)
-		assert.Error(t, err)
-		require.FileExists(t, filepath.Join(dir, "cleaned-up"), "run %d: runc was killed (after %s) before it could clean up", i, time.Since(start))
-	}
-	// Reap what this test adopted.
+	require.NoError(t, os.WriteFile(script, []byte("#!/bin/sh\n"+hook+"\nexit 1\n"), 0o700))
+	start := time.Now()
+	timedOut, err := RestoreWithin(context.Background(), "c1", start.Add(100*time.Millisecond), runFake(script, "c1"))
+	assert.True(t, timedOut)
+	assert.Error(t, err)
+	assert.Less(t, time.Since(start), 5*time.Second)
+	b, err := os.ReadFile(filepath.Join(dir, "hook.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	assert.Eventually(t, func() bool { return gone(pid) }, 2*time.Second, 20*time.Millisecond, "the stuck hook was left")
 	for {
 		if _, err := unix.Wait4(-1, nil, unix.WNOHANG, nil); err != nil {
 			break
