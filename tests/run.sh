@@ -14,6 +14,7 @@ export TMPDIR=${REKINDLE_TEST_ROOT:-/tmp/rekindle-test}
 for d in "$TMPDIR"/bats-run-*/file/*/rk "$TMPDIR"/bats-run-*/suite/rk; do
 	[ -d "$d" ] || continue
 	note "cleaning up after an earlier, interrupted run: $d"
+	scripts/kube-down.sh "$d"
 	scripts/containerd-down.sh "$d"
 done
 rm -rf "$TMPDIR"
