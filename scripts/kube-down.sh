@@ -2,7 +2,8 @@
 # kube-down.sh DIR: stop the Kubernetes that kube-up.sh started on DIR and
 # remove what it left: its pods (through the CRI, so their networks are
 # released), the kubelet's mounts, the pod cgroups, the CNI bridge and
-# config, the log links in /var/log/containers and DIR/kube. containerd
+# config, the log links in /var/log/containers, the kernel tunables the
+# kubelet set (put back as they were) and DIR/kube. containerd
 # keeps running (containerd-down.sh DIR stops it). Safe to run twice, or
 # after a killed run.
 set -uo pipefail
@@ -33,6 +34,10 @@ stop() { # stop NAME: TERM, then KILL after 10 s
 # The kubelet first, so nothing starts pods again; then the control plane.
 stop kubelet
 for c in kube-scheduler kube-controller-manager kube-apiserver etcd; do stop "$c"; done
+# The kernel tunables the kubelet set, as they were before it.
+if [ -f "$k/sysctls" ]; then
+	while read -r t v; do echo "$v" >"/proc/sys/$t" 2>/dev/null; done <"$k/sysctls"
+fi
 
 # The pods the kubelet ran, through the CRI: containerd tears their
 # networks down and removes their containers.

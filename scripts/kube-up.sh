@@ -201,6 +201,13 @@ serializeImagePulls: false
 runtimeRequestTimeout: 10m
 registerNode: true
 EOF
+# The kubelet sets these kernel tunables to its own values at start
+# (protectKernelDefaults would refuse to start instead); kube-down.sh puts
+# back what this host had.
+for t in vm/overcommit_memory vm/panic_on_oom kernel/panic kernel/panic_on_oops \
+	kernel/keys/root_maxkeys kernel/keys/root_maxbytes; do
+	echo "$t $(cat "/proc/sys/$t")"
+done >"$k/sysctls"
 start kubelet "$kbin/kubelet" --config "$k/kubelet.yaml" --kubeconfig "$k/kubelet.kubeconfig" \
 	--root-dir "$k/kubelet" --cert-dir "$k/kubelet-certs" --hostname-override "$node" --node-ip "$host_ip"
 ready() { [ "$(kubectl get node "$node" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }

@@ -65,10 +65,17 @@ assert_restored() {
 		run_cmd k8s_ctr images import "$tar.new"
 		rm -f "$tar" "$tar.new"
 	done
-	# And one under a name the node's policy does not list, its only name.
-	run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port 30000 --leave-running \
-		--output "oci-archive:$tar" "default/$pod/engine" rekindle.other/engine:ckpt
-	run_cmd k8s_ctr images import "$tar"
+	# One under a name the node's policy does not list, its only name, and
+	# one whose layer the damage test overwrites.
+	local name
+	for name in rekindle.other/engine:ckpt rekindle.local/engine:damaged; do
+		run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port 30000 --leave-running \
+			--output "oci-archive:$tar" "default/$pod/engine" "$name"
+		run_cmd k8s_ctr images import "$tar"
+	done
+	oci_python -c 'import sys, oci_tar
+index, a = oci_tar.read(sys.argv[1])
+print(a.get_json(index["manifests"][0]["digest"])["layers"][0]["digest"])' "$tar" >"$BATS_FILE_TMPDIR/damaged.layer"
 	rm -f "$tar"
 	run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port 30000 "default/$pod/engine" "$CKPT"
 	run_cmd "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" -n k8s.io push --insecure-registry "$CKPT"
@@ -215,4 +222,45 @@ load_recorded() {
 	events_of "$pod" | grep CAP_CHOWN | head -1 >&2
 	[ "$(kubectl get pod "$pod" -o jsonpath='{.status.containerStatuses[0].ready}')" != true ] || die "the refused pod is ready"
 	kube_do delete deployment caps --wait
+}
+
+@test "kubelet: a checkpoint layer damaged on the node never runs; the pod's events name the blob and the fix, nothing is created" {
+	load_recorded
+	local layer blob size pod
+	layer=$(cat "$BATS_FILE_TMPDIR/damaged.layer")
+	blob=$RK_DIR/root/io.containerd.content.v1.content/blobs/sha256/${layer#sha256:}
+	[ -f "$blob" ] || die "no blob $blob"
+	size=$(stat -c %s "$blob")
+	# As a bad disk would: the same size, 4 MiB in the middle overwritten.
+	dd if=/dev/urandom of="$blob" bs=1M seek=$((size / 2 / 1048576)) count=4 conv=notrunc status=none
+	deployment damaged rekindle.local/engine:damaged 1 Never
+	wait_for "a pod of damaged" 60 has_pods damaged
+	pod=$(pods_of damaged)
+	wait_event "$pod" "checkpoint layer $layer .* does not match its digest.*nerdctl rmi" 90
+	run_cmd cri ps -a -q --label "io.kubernetes.pod.name=$pod"
+	is "$output" "" "containers created for $pod"
+	kube_do delete deployment damaged --wait
+}
+
+@test "kubelet: an unsigned checkpoint image on a node that requires signatures never runs; the pod's events name the option" {
+	load_recorded
+	command -v openssl >/dev/null || skip "openssl is not installed"
+	local keys=$BATS_FILE_TMPDIR/keys pod
+	mkdir -p "$keys"
+	openssl genpkey -algorithm ed25519 -out "$keys/team.key" 2>/dev/null
+	openssl pkey -in "$keys/team.key" -pubout -out "$keys/team.pub"
+	# containerd restarts with the stricter policy; the kubelet reconnects.
+	CONTAINERD_RESTORE_KEYS="[\"$keys/team.pub\"]" CONTAINERD_RESTORE_REQUIRE_SIGNATURE=true \
+		HTTPS_PROXY=$OFFLINE_PROXY HTTP_PROXY=$OFFLINE_PROXY NO_PROXY= stack_restart
+	node_ready() { [ "$(kubectl get node rekindle-node -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = True ]; }
+	wait_for "the node to be ready again" 120 node_ready
+	deployment unsigned "$CKPT" 1
+	wait_for "a pod of unsigned" 60 has_pods unsigned
+	pod=$(pods_of unsigned)
+	wait_event "$pod" "may not be restored on this host: .*checkpoint_restore_require_signature in .* is true" 120
+	run_cmd cri ps -a -q --label "io.kubernetes.pod.name=$pod"
+	is "$output" "" "containers created for $pod"
+	kube_do delete deployment unsigned --wait
+	HTTPS_PROXY=$OFFLINE_PROXY HTTP_PROXY=$OFFLINE_PROXY NO_PROXY= stack_restart
+	wait_for "the node to be ready again" 120 node_ready
 }
