@@ -57,6 +57,9 @@ func printReport(r *checkpoint.Report) {
 		fmt.Printf("Base image:  %s (no digest recorded)\n", r.BaseImage)
 	}
 	fmt.Printf("Created:     %s\n", r.Created)
+	if r.Annotations[annotations.Source] == annotations.SourceCRIArchive {
+		fmt.Printf("Made by:     import of a CRI checkpoint archive (kubelet checkpoint API, crictl checkpoint): not quiesced, no wake helper\n")
+	}
 	fmt.Printf("Layer:       %s (%.1f MiB, compression %s)\n", r.LayerDigest, float64(r.LayerSize)/(1<<20), r.Compression)
 	fmt.Printf("CPU:         %s (%s)\n", r.Annotations[annotations.CPUModel], r.Annotations[annotations.CPUFlags])
 	fmt.Printf("Kernel:      %s   CRIU: %s\n", r.Annotations[annotations.Kernel], r.Annotations[annotations.CRIU])
