@@ -41,9 +41,11 @@ says it was imported; 'oci-checkpoint inspect' shows it. A refused archive write
 Examples:
   curl --cacert ca.crt --cert admin.crt --key admin.key -X POST \
       https://NODE:10250/checkpoint/default/engine-7d4b9-x2x4z/engine
-  oci-checkpoint -n k8s.io import /var/lib/kubelet/checkpoints/checkpoint-engine-7d4b9-x2x4z_default-engine-2026-12-02T01:30:00Z.tar \
+  export CONTAINERD_NAMESPACE=k8s.io
+  oci-checkpoint import --port 30000 \
+      /var/lib/kubelet/checkpoints/checkpoint-engine-7d4b9-x2x4z_default-engine-2026-12-02T01:30:00Z.tar \
       registry.example/engine:ckpt
-  oci-checkpoint -n k8s.io import --output oci-archive:/var/tmp/engine.tar ck.tar rekindle.local/ckpt:engine`,
+  oci-checkpoint import --output oci-archive:/var/tmp/engine.tar ck.tar rekindle.local/ckpt:engine`,
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "base-image", Usage: "the local image the checkpointed container ran on, when the archive's record of it (config.dump's rootfsImageRef) finds none; its content must be the recorded one"},
 		&cli.StringFlag{Name: "engine", Usage: "record the engine's profile (" + strings.Join(engine.Names, ", ") + "), as create does; nothing is called"},
