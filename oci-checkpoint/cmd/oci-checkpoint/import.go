@@ -28,7 +28,7 @@ root dir, checkpoints/checkpoint-POD_NAMESPACE-CONTAINER-TIME.tar) or for 'crict
 (--output), in the layout create writes: CRI and nerdctl restore it on Rekindle's containerd.
 
 The archive must hold CRIU's images (checkpoint/), config.dump, spec.dump and status.dump, and
-nothing else than containerd's logs beside them: an entry with an absolute or '..' path, a link,
+nothing but containerd's logs beside them: an entry with an absolute or '..' path, a link,
 a device, or a name a CRI checkpoint does not have is refused, as is a container that had a
 terminal. The base image config.dump names must be in the image store (-n k8s.io for a kubelet's)
 with the digest CRI recorded, or be named with --base-image; the image pins it by digest.
@@ -49,7 +49,7 @@ Examples:
 	Flags: []cli.Flag{
 		&cli.StringFlag{Name: "base-image", Usage: "the local image the checkpointed container ran on, when the archive's record of it (config.dump's rootfsImageRef) finds none; its content must be the recorded one"},
 		&cli.StringFlag{Name: "engine", Usage: "record the engine's profile (" + strings.Join(engine.Names, ", ") + "), as create does; nothing is called"},
-		&cli.IntFlag{Name: "port", Usage: "record the engine's HTTP port inside the container"},
+		&cli.IntFlag{Name: "port", Usage: "record the engine's HTTP port inside the container", DefaultText: "none recorded"},
 		&cli.StringFlag{Name: "output", Usage: "oci-archive:PATH writes an OCI archive instead of storing the image (its folder must exist)"},
 		&cli.BoolFlag{Name: "replace", Usage: "replace a checkpoint image of that name, or the --output file, instead of refusing it"},
 		&cli.StringFlag{Name: "work-dir", Usage: "where the archive is unpacked (needs room for it; default $TMPDIR)"},

@@ -14,6 +14,7 @@ import (
 
 	crmetadata "github.com/checkpoint-restore/checkpointctl/lib"
 	"github.com/containerd/containerd/v2/client"
+	"github.com/containerd/containerd/v2/core/images"
 	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
 	"github.com/containerd/errdefs"
@@ -199,15 +200,28 @@ func resolveBase(ctx context.Context, c *client.Client, a *CRIArchive, given str
 	if err != nil {
 		return nil, err
 	}
+	// CRI names each image by its id too ("sha256:..."): a record of that
+	// name is the base's content, but the one named as the container's
+	// image, else any with a name, is picked before it.
 	var found client.Image
+	rank := 0
 	for _, i := range list {
 		img := client.NewImage(c, i)
-		if !imageHas(ctx, img, want) {
+		r := 1
+		switch {
+		case i.Name == a.Config.RootfsImageName:
+			r = 3
+		case !isDigest(i.Name):
+			r = 2
+		}
+		if r <= rank || !imageHas(ctx, img, want) {
 			continue
 		}
-		if found == nil || i.Name == a.Config.RootfsImageName {
-			found = img
-		}
+		found, rank = img, r
+	}
+	if found != nil && rank == 1 {
+		// Pinned by the name the container knew it by.
+		found = client.NewImage(c, images.Image{Name: a.Config.RootfsImageName, Target: found.Target()})
 	}
 	if found == nil {
 		return nil, fmt.Errorf("the base image %s (%s) is not in containerd's image store (namespace %s; a kubelet's images are in k8s.io: pass -n k8s.io): pull it there, or name a local image of the same content with --base-image",
@@ -228,6 +242,11 @@ func recordedDigest(ref string) digest.Digest {
 		}
 	}
 	return ""
+}
+
+func isDigest(s string) bool {
+	_, err := digest.Parse(s)
+	return err == nil
 }
 
 // imageHas says whether img's manifest (or index) or config is d.
