@@ -88,16 +88,16 @@ no_image() {
 	wait_for "the pods of dst to go" 60 no_pods dst
 }
 
-# import_refused ARCHIVE WHY: import refuses ARCHIVE, saying WHY (a
-# regex), and writes no image.
+# import_refused ARCHIVE WHY [FLAGS...]: import refuses ARCHIVE, saying WHY
+# (a regex), and writes no image.
 import_refused() {
-	run_cmd 1 "$BIN/oci-checkpoint" --address "$RK_DIR/containerd.sock" -n k8s.io import "$1" rekindle.local/ckpt:refused
+	run_cmd 1 "$BIN/oci-checkpoint" --address "$RK_DIR/containerd.sock" -n k8s.io import "${@:3}" "$1" rekindle.local/ckpt:refused
 	[[ $output =~ $2 ]] || die "the refusal does not say: $2"
 	no_image docker.io/rekindle.local/ckpt:refused
 	no_image rekindle.local/ckpt:refused
 }
 
-@test "kubelet checkpoint API: import refuses a truncated archive, a path out of it, an OCI image and a missing base image by name, writing no image" {
+@test "kubelet checkpoint API: import refuses a truncated archive, a path out of it, an OCI image, another base and a missing base by name, writing no image" {
 	[ -f "$SAVED" ] || skip "the checkpoint test did not run"
 	local t=$BATS_TEST_TMPDIR
 	head -c $(($(stat -c %s "$SAVED") / 2)) "$SAVED" >"$t/truncated.tar"
@@ -119,6 +119,9 @@ import_refused() {
 	run_cmd "$BIN/oci-checkpoint" --address "$RK_DIR/containerd.sock" -n k8s.io import \
 		--output "oci-archive:$t/image.tar" "$SAVED" rekindle.local/ckpt:as-archive
 	import_refused "$t/image.tar" "not a CRI checkpoint archive: it is an OCI image archive"
+
+	# A --base-image of other content than the container ran on.
+	import_refused "$SAVED" "but the checkpoint's container ran on" --base-image "$CKPT"
 
 	# No base image: a namespace without it, named with the fix.
 	run_cmd 1 "$BIN/oci-checkpoint" --address "$RK_DIR/containerd.sock" -n bare import "$SAVED" rekindle.local/ckpt:refused
