@@ -46,7 +46,9 @@ HTTP for a registry on loopback (localhost, 127.0.0.0/8, ::1).`
 
 func printReport(r *checkpoint.Report) {
 	fmt.Printf("Image:       %s (%s)\n", r.Image, map[bool]string{true: "local", false: "registry, manifest only"}[r.Local])
-	if v := r.Annotations[annotations.EngineVersion]; v != "" {
+	if r.Engine == "" {
+		fmt.Printf("Engine:      not recorded (import records it with --engine)\n")
+	} else if v := r.Annotations[annotations.EngineVersion]; v != "" {
 		fmt.Printf("Engine:      %s (%s)\n", r.Engine, v)
 	} else {
 		fmt.Printf("Engine:      %s\n", r.Engine)
