@@ -115,6 +115,25 @@ assert_resumed() {
 	logged "checkpoint cache hit: extracted checkpoint of checkpoint layer"
 }
 
+@test "crictl: a CRI checkpoint, made an image by oci-checkpoint import, restores with create and start" {
+	local port image=rekindle.local/ckpt:cri-import
+	port=$(free_port)
+	run_engine_pod isrc "$ENGINE_IMAGE" "$port"
+	wait_healthy "$port"
+	record_engine "$port"
+	cri_do checkpoint --export="$BATS_TEST_TMPDIR/ck.tar" "$CTR"
+	cri_do rmp --force "$POD"
+	ocicp -n k8s.io import --port "$port" "$BATS_TEST_TMPDIR/ck.tar" "$image"
+	rm -f "$BATS_TEST_TMPDIR/ck.tar"
+	ocicp -n k8s.io inspect "$image"
+	[[ $output == *"Made by:     import of a CRI checkpoint archive"* ]] || die "inspect does not say it was imported"
+
+	run_engine_pod idst "$image" "$port"
+	wait_healthy "$port"
+	assert_resumed "$port"
+	logged "Restored container $CTR successfully"
+}
+
 # checkpoint_engine_pod NAME IMAGE PORT [CREATE_FLAGS...]: run the engine in
 # pod NAME, record its answer, checkpoint it with oci-checkpoint into IMAGE
 # as an archive and import that, as a pulled image would be (CRI mounts the

@@ -46,7 +46,9 @@ HTTP for a registry on loopback (localhost, 127.0.0.0/8, ::1).`
 
 func printReport(r *checkpoint.Report) {
 	fmt.Printf("Image:       %s (%s)\n", r.Image, map[bool]string{true: "local", false: "registry, manifest only"}[r.Local])
-	if v := r.Annotations[annotations.EngineVersion]; v != "" {
+	if r.Engine == "" {
+		fmt.Printf("Engine:      not recorded (import records it with --engine)\n")
+	} else if v := r.Annotations[annotations.EngineVersion]; v != "" {
 		fmt.Printf("Engine:      %s (%s)\n", r.Engine, v)
 	} else {
 		fmt.Printf("Engine:      %s\n", r.Engine)
@@ -57,6 +59,9 @@ func printReport(r *checkpoint.Report) {
 		fmt.Printf("Base image:  %s (no digest recorded)\n", r.BaseImage)
 	}
 	fmt.Printf("Created:     %s\n", r.Created)
+	if r.Annotations[annotations.Source] == annotations.SourceCRIArchive {
+		fmt.Printf("Made by:     import of a CRI checkpoint archive (kubelet checkpoint API, crictl checkpoint): not quiesced, no wake helper\n")
+	}
 	fmt.Printf("Layer:       %s (%.1f MiB, compression %s)\n", r.LayerDigest, float64(r.LayerSize)/(1<<20), r.Compression)
 	fmt.Printf("CPU:         %s (%s)\n", r.Annotations[annotations.CPUModel], r.Annotations[annotations.CPUFlags])
 	fmt.Printf("Kernel:      %s   CRIU: %s\n", r.Annotations[annotations.Kernel], r.Annotations[annotations.CRIU])

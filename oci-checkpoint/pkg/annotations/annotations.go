@@ -38,6 +38,15 @@ const (
 	GPUModel      = rules.AnnotationGPUModel
 	GPUUUIDs      = Prefix + "gpu.uuids"
 
+	// Source says what made the checkpoint when oci-checkpoint create did
+	// not: SourceCRIArchive for a CRI checkpoint archive (the kubelet's
+	// checkpoint API, crictl checkpoint) that oci-checkpoint import
+	// packaged. Quiesced "false" says the engine was dumped as it ran,
+	// with no release and no wake helper to resume it.
+	Source           = Prefix + "checkpoint.source"
+	SourceCRIArchive = "cri-archive"
+	Quiesced         = Prefix + "checkpoint.quiesced"
+
 	// Fallback says what a restorer does on a host that cannot restore
 	// the image (its facts rule the host out): FallbackCold starts the
 	// checkpointed container's process afresh from the base image, with

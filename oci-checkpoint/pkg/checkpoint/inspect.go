@@ -91,6 +91,9 @@ func Inspect(ctx context.Context, c *client.Client, ref string, reg registry.Opt
 	} else {
 		r.Phases = phase.Parse(ann[annotations.Phases])
 	}
+	if ann[annotations.Source] == annotations.SourceCRIArchive {
+		r.Notes = append(r.Notes, "imported from a CRI checkpoint archive (oci-checkpoint import): the engine was dumped as it ran, not quiesced, and no wake helper resumes it")
+	}
 	problems, notes := hostinfo.Check(ann, hostinfo.Read())
 	for _, p := range problems {
 		r.Problems = append(r.Problems, p.String())
