@@ -72,7 +72,9 @@ assert_restored() {
 		run_cmd "$BIN/oci-checkpoint" -n k8s.io create --port 30000 --leave-running \
 			--output "oci-archive:$tar" "default/$pod/engine" "$name"
 		run_cmd k8s_ctr images import "$tar"
+		[ "$name" = rekindle.local/engine:damaged ] || rm -f "$tar"
 	done
+	# The last archive is the damaged one's.
 	oci_python -c 'import sys, oci_tar
 index, a = oci_tar.read(sys.argv[1])
 print(a.get_json(index["manifests"][0]["digest"])["layers"][0]["digest"])' "$tar" >"$BATS_FILE_TMPDIR/damaged.layer"
