@@ -112,7 +112,8 @@ n rm -f load-src >/dev/null
 shims() {
 	local q
 	for q in $(pgrep -f '^[^ ]*containerd-shim-runc-v2 ' 2>/dev/null); do
-		tr '\0' ' ' <"/proc/$q/cmdline" 2>/dev/null | grep -qF -- "$sock" && echo "$q"
+		# 2> first: a shim gone since pgrep is no error.
+		tr '\0' ' ' 2>/dev/null <"/proc/$q/cmdline" | grep -qF -- "$sock" && echo "$q"
 	done
 	return 0
 }
