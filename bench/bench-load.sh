@@ -9,7 +9,8 @@
 # /generate answer (bench-poll.py, started just before the run). Per round:
 # min/median/max of those, the round's wall time, the host's memory
 # (MemAvailable's drop at its lowest, sampled from /proc/meminfo; the peak
-# RSS of containerd and its shims), the cache builds containerd logged, and
+# RSS of containerd and its shims; the engines' memory cgroups' charge once
+# all have answered), the cache builds containerd logged, and
 # after removing the containers a check that nothing of them is left
 # (tests/bats/faults.bash's what_is_left, plus no hold, building snapshot,
 # shim or lease beyond those before the rounds). Run by `make bench` after
@@ -136,6 +137,17 @@ sample() {
 		sleep 0.1
 	done >"$1"
 }
+# cg_mem_kb ID: what container ID's memory cgroup is charged, in kB (v1 or v2).
+cg_mem_kb() {
+	local d
+	for d in /sys/fs/cgroup/memory /sys/fs/cgroup; do
+		d=$(find "$d" -maxdepth 3 -type d -name "*$1*" 2>/dev/null | head -1)
+		[ -n "$d" ] || continue
+		if [ -f "$d/memory.usage_in_bytes" ]; then echo $(($(cat "$d/memory.usage_in_bytes") >> 10)); return; fi
+		if [ -f "$d/memory.current" ]; then echo $(($(cat "$d/memory.current") >> 10)); return; fi
+	done
+	echo 0
+}
 # entry: the image's cache entry, its snapshots' names.
 entry() { k snapshots ls 2>/dev/null | awk '$1 ~ /^checkpoint-cache\// {print $1}'; }
 # extras: holds, snapshots being built and shims (what a round must not leave).
@@ -196,11 +208,17 @@ round() {
 	sampler=
 	jq -s --argjson said "$said" '[.[] | . + {correct: (.error == null and [.text, .output_ids] == $said)}]' \
 		"$dir"/round/*.json >"$dir/round/all.json"
+	# The engines' own memory (their cgroups' charge), beside MemAvailable,
+	# which the host's other work moves too.
+	cg_kb=0
+	for f in $(jq -r '.[] | .container // empty' "$dir/round/all.json"); do
+		cg_kb=$((cg_kb + $(cg_mem_kb "$f")))
+	done
 	# containerd's cache builds in this round, by what they built.
 	builds=$(tail -n +"$mark" "$dir/containerd.log" | { grep -o 'checkpoint cache miss: building [a-z -]* of' || true; } |
 		sed 's/checkpoint cache miss: building //; s/ of$//' | jq -R . | jq -sc 'group_by(.) | map({key: .[0], value: length}) | from_entries')
 	jq -c --arg kind "$kind" --argjson n "$count" --argjson t0 "$t0" --argjson avail0 "$avail0" \
-		--argjson builds "$builds" --rawfile mem "$dir/round/mem" '
+		--argjson builds "$builds" --argjson cg "$cg_kb" --rawfile mem "$dir/round/mem" '
 		def median: sort | if length == 0 then null elif length % 2 == 1 then .[length / 2 | floor]
 			else (.[length / 2 - 1] + .[length / 2]) / 2 end;
 		($mem | split("\n") | map(select(. != "") | split(" ") | map(tonumber))) as $m |
@@ -209,7 +227,7 @@ round() {
 		 first_answer_s: {min: ($s | min), median: ($s | median), max: ($s | max)},
 		 wall_s: (if ($s | length) > 0 then ([.[] | select(.correct) | .t_answer] | max) - $t0 else null end),
 		 mem_available_before_kb: $avail0, mem_available_drop_kb: ($avail0 - ([$m[][0]] + [$avail0] | min)),
-		 stack_rss_peak_kb: ([$m[][1]] | max), samples: ($m | length),
+		 stack_rss_peak_kb: ([$m[][1]] | max), engines_cgroup_kb: $cg, samples: ($m | length),
 		 builds: $builds, builds_total: ([$builds[]] | add // 0),
 		 errors: [.[] | select(.correct | not) | {name, error, text}],
 		 restores: [.[] | {i, name, container, first_answer_s: (if .correct then .t_answer - .t0 else null end), polls}]}' \
@@ -234,7 +252,7 @@ round() {
 	done
 	jq -c --arg left "$left" --argjson w $((SECONDS - wait_s)) '. + {left: ($left | split("\n") | map(select(. != ""))), cleanup_s: $w}' \
 		"$dir/round/rec.json" >>"$dir/rounds.jsonl"
-	jq -r '"    \(.kind) x\(.n): \(.answered)/\(.n) answered, first answer \(.first_answer_s.min // "-" | if type == "number" then . * 100 | round / 100 else . end)/\(.first_answer_s.median // "-" | if type == "number" then . * 100 | round / 100 else . end)/\(.first_answer_s.max // "-" | if type == "number" then . * 100 | round / 100 else . end)s, wall \(.wall_s // 0 | . * 100 | round / 100)s, MemAvailable -\(.mem_available_drop_kb / 1024 | round) MB, builds \(.builds_total), left \(.left | length)"' \
+	jq -r '"    \(.kind) x\(.n): \(.answered)/\(.n) answered, first answer \(.first_answer_s.min // "-" | if type == "number" then . * 100 | round / 100 else . end)/\(.first_answer_s.median // "-" | if type == "number" then . * 100 | round / 100 else . end)/\(.first_answer_s.max // "-" | if type == "number" then . * 100 | round / 100 else . end)s, wall \(.wall_s // 0 | . * 100 | round / 100)s, MemAvailable -\(.mem_available_drop_kb / 1024 | round) MB, engines \(.engines_cgroup_kb / 1024 | round) MB, builds \(.builds_total), left \(.left | length)"' \
 		<<<"$(tail -1 "$dir/rounds.jsonl")" >&2
 }
 
@@ -258,10 +276,10 @@ jq -n --arg started "$started" --arg finished "$(date -u +%Y%m%dT%H%M%SZ)" --arg
 	           state_mb: $state_mb, drop_caches: $drop},
 	  rounds: $rounds}' >"$result"
 table() {
-	echo "| N | cache | answered | first answer min / median / max | round wall | MemAvailable drop | containerd + shims RSS | builds | left |"
-	echo "|---|---|---|---|---|---|---|---|---|"
-	jq -r 'def s: if . == null then "-" else . * 100 | round / 100 | tostring + " s" end;
-		.rounds[] | "| \(.n) | \(if .kind == "new" then "new entry" else "cached" end) | \(.answered)/\(.n) | \(.first_answer_s.min | s) / \(.first_answer_s.median | s) / \(.first_answer_s.max | s) | \(.wall_s | s) | \(.mem_available_drop_kb / 1024 | round) MB | \(.stack_rss_peak_kb / 1024 | round) MB | \(.builds_total) | \(if (.left | length) == 0 then "nothing" else .left | join("; ") end) |"' "$result"
+	echo "| N | cache | answered | first answer min / median / max | round wall | MemAvailable drop | engines' cgroups | containerd + shims RSS | builds | left |"
+	echo "|---|---|---|---|---|---|---|---|---|---|"
+	jq -r 'def s: if . == null then "-" else . * 100 | round | tostring | (if length < 3 then "00" + . | .[-3:] else . end) | .[:-2] + "." + .[-2:] + " s" end;
+		.rounds[] | "| \(.n) | \(if .kind == "new" then "new entry" else "cached" end) | \(.answered)/\(.n) | \(.first_answer_s.min | s) / \(.first_answer_s.median | s) / \(.first_answer_s.max | s) | \(.wall_s | s) | \(.mem_available_drop_kb / 1024 | round) MB | \(.engines_cgroup_kb / 1024 | round) MB | \(.stack_rss_peak_kb / 1024 | round) MB | \(.builds_total) | \(if (.left | length) == 0 then "nothing" else .left | join("; ") end) |"' "$result"
 }
 table >"${result%.json}.md"
 cp "$result" "$out/latest-load-cpu.json"
