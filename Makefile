@@ -27,7 +27,7 @@ CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
 STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk $(BIN)/nvidia-cdi-hook \
 	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge $(BIN)/mkfs.erofs
 
-.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches test-restore test-guard test-criu fuzz demo bench bench-criu clean distclean FORCE
+.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches test-restore test-guard test-criu fuzz demo bench bench-load bench-criu clean distclean FORCE
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -221,8 +221,14 @@ fuzz: ## restore FUZZ_CASES (300) randomly mutated checkpoint images beside cana
 demo: build ## checkpoint a running engine and restore it with nerdctl run, printing phase times
 	scripts/demo.sh
 
-bench: build ## benchmarks: restore phase times, first vs cached
+bench: build ## benchmarks: restore phase times, first vs cached; then the load figures (bench-load)
 	bench/bench.sh
+	bench/bench-load.sh
+
+# Its own target too: a private containerd and result of its own, so the load
+# figures can be taken again without bench.sh's repetitions.
+bench-load: build ## benchmark: N = 1, 4, 8, 16 restores at once of one image, new entry and cached (BENCH_LOAD_N)
+	bench/bench-load.sh
 
 # mkfs.erofs: containerd indexes a checkpoint layer with it, so the restore
 # reads the layer in place (containerd-patches/diff-apply-keep-a-layer-that-asks-for-it-as-an-EROFS).
