@@ -54,6 +54,17 @@ fi
 mounts_under() { awk -v d="$k/" 'index($5, d) == 1 {print $5}' /proc/self/mountinfo; }
 mounts_under | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -l "$m"; done
 
+# What is still in the pod cgroups (the CRI could not remove it: a
+# containerd that is gone) is killed, so that the cgroups can go.
+procs() { cat ${cgroot:+/sys/fs/cgroup/*/"$cgroot"/**/cgroup.procs} 2>/dev/null | sort -u; }
+shopt -s globstar nullglob
+for _ in 1 2 3 4 5; do
+	p=$(procs)
+	[ -n "$p" ] || break
+	kill -KILL $p 2>/dev/null
+	sleep 0.5
+done
+
 # Pod cgroups, leaves first; a cgroup with a process left in it stays and is named.
 left=
 for c in ${cgroot:+/sys/fs/cgroup/*/"$cgroot"}; do

@@ -266,3 +266,64 @@ load_recorded() {
 	HTTPS_PROXY=$OFFLINE_PROXY HTTP_PROXY=$OFFLINE_PROXY NO_PROXY= stack_restart
 	wait_for "the node to be ready again" 120 node_ready
 }
+
+# gated NAME IMAGE: a Deployment of IMAGE whose init container runs the
+# node's own oci-checkpoint check on it, in the node's root (docs/kubernetes.md,
+# "oci-checkpoint check as an init gate").
+gated() {
+	kubectl apply -f - >&2 <<-EOF
+		apiVersion: apps/v1
+		kind: Deployment
+		metadata: {name: $1}
+		spec:
+		  replicas: 1
+		  selector: {matchLabels: {app: $1}}
+		  template:
+		    metadata: {labels: {app: $1}}
+		    spec:
+		      automountServiceAccountToken: false
+		      terminationGracePeriodSeconds: 2
+		      initContainers:
+		      - name: can-restore
+		        image: $ENGINE_IMAGE
+		        imagePullPolicy: Never
+		        command: [chroot, /host, $BIN/oci-checkpoint, --address, $RK_DIR/containerd.sock, -n, k8s.io,
+		                  check, --containerd-config, $RK_DIR/config.toml, "$2"]
+		        securityContext: {privileged: true}
+		        volumeMounts: [{name: host, mountPath: /host}]
+		      volumes: [{name: host, hostPath: {path: /}}]
+		      containers:
+		      - name: engine
+		        image: $2
+		        imagePullPolicy: IfNotPresent
+		        env: [{name: ENGINE_PORT, value: "30000"}, {name: ENGINE_HOST, value: 0.0.0.0}]
+		        readinessProbe: {httpGet: {path: /health, port: 30000}, periodSeconds: 1, failureThreshold: 1}
+	EOF
+}
+
+@test "kubelet: oci-checkpoint check as an init container keeps a pod this node cannot restore from starting, and lets a restorable one restore" {
+	load_recorded
+	local pod
+	gated gate-no rekindle.local/engine:avx9000-none
+	wait_for "a pod of gate-no" 60 has_pods gate-no
+	pod=$(pods_of gate-no)
+	init_failed() {
+		kubectl get pod "$pod" -o json |
+			jq -e '.status.initContainerStatuses[0] | (.lastState.terminated.exitCode // .state.terminated.exitCode) == 1' >/dev/null
+	}
+	wait_for "the init gate of $pod to fail" 120 init_failed
+	kube_do logs "$pod" -c can-restore
+	[[ $output == *"avx9000"* ]] || die "the gate's log does not give the reason"
+	run_cmd cri ps -a -q --label "io.kubernetes.pod.name=$pod" --label io.kubernetes.container.name=engine
+	is "$output" "" "engine containers created for $pod"
+	kube_do delete deployment gate-no --wait
+
+	# The pod's network has its own loopback, where the test's registry is
+	# not: the image is pulled first, and the gate finds it in the node's store.
+	run_cmd "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" -n k8s.io pull --insecure-registry "$CKPT"
+	gated gate-yes "$CKPT"
+	wait_for "Deployment gate-yes ready" 180 ready_replicas gate-yes 1
+	pod=$(pods_of gate-yes)
+	assert_restored "$pod"
+	kube_do delete deployment gate-yes --wait
+}
