@@ -84,7 +84,7 @@ openssl genrsa -out "$pki/sa.key" 2048 2>/dev/null
 openssl rsa -in "$pki/sa.key" -pubout -out "$pki/sa.pub" 2>/dev/null
 
 kubeconfig() { # kubeconfig FILE CERT
-	local f=$1 c=$2 kc=("$kbin/kubectl" --kubeconfig "$1")
+	local c=$2 kc=("$kbin/kubectl" --kubeconfig "$1")
 	"${kc[@]}" config set-cluster local --server="$api" --certificate-authority="$pki/ca.crt" --embed-certs >/dev/null
 	"${kc[@]}" config set-credentials user --client-certificate="$pki/$c.crt" --client-key="$pki/$c.key" --embed-certs >/dev/null
 	"${kc[@]}" config set-context local --cluster=local --user=user >/dev/null

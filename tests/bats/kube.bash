@@ -36,7 +36,7 @@ kube_exec() {
 
 # kube_do ARGS...: run kubectl, print it and its output, fail on an error.
 kube_do() {
-	run_cmd "$KBIN/kubectl" --kubeconfig "$RK_DIR/kube/kubeconfig" "$@"
+	run_cmd kubectl "$@"
 }
 
 # deployment NAME IMAGE REPLICAS [PULL_POLICY]: apply a Deployment of the
