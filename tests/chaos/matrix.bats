@@ -64,7 +64,8 @@ the_image() {
 	[ -f "$BATS_FILE_TMPDIR/text" ] && return 0
 	local port
 	port=$(free_port)
-	start_engine csrc "$port"
+	# State to restore, so that the memory fill lasts long enough to hit.
+	start_engine csrc "$port" -e "ENGINE_STATE_MB=${CHAOS_IMAGE_STATE_MB:-256}"
 	record_engine "$port"
 	echo "$E_TEXT" >"$BATS_FILE_TMPDIR/text"
 	ocicp create -q csrc "$IMAGE"
@@ -115,19 +116,26 @@ shim_of() {
 phase_reached() {
 	case $1 in
 	task-create) [ -n "$(runc_restoring)" ] ;;
-	criu-started) has_line "$MARK" 'Forking task with' ;;
-	memory-fill) has_line "$MARK" 'Restore via sigreturn' ;;
-	criu-done) has_line "$MARK" 'Restore finished successfully' ;;
+	*) [ -n "${LOG:-}" ] && grep -Eq -- "$(pattern_of "$1")" "$LOG" 2>/dev/null ;;
+	esac
+}
+
+pattern_of() {
+	case $1 in
+	criu-started) echo 'Forking task with' ;;
+	memory-fill) echo 'Restore via sigreturn' ;;
+	criu-done) echo 'Restore finished successfully' ;;
 	esac
 }
 
 # phase_now: the latest phase the restore has reached (what a kill hit).
 phase_now() {
 	local p last=none
+	[ -n "${LOG:-}" ] || LOG=$(restore_log_since "$MARK")
 	for p in task-create criu-started memory-fill criu-done; do
 		phase_reached "$p" && last=$p
 	done
-	[ "$last" != none ] || [ -z "$(restore_log_since "$MARK")" ] || last=criu-started-early
+	[ "$last" != none ] || [ -z "${LOG:-}" ] || last=criu-log
 	echo "$last"
 }
 
@@ -142,16 +150,57 @@ target_pid() {
 	esac
 }
 
-# wait_phase PHASE SECONDS: poll tightly (a phase may last a fraction of a
-# second) until the restore reaches PHASE, or it ended.
-wait_phase() {
-	local end=$((SECONDS + $2))
-	while [ "$SECONDS" -lt "$end" ]; do
-		phase_reached "$1" && return 0
-		gone "$RUN_PID" && { phase_reached "$1"; return; }
-		[ -n "$ID" ] || ID=$(container_id "$NAME")
+# kill_at TARGET PHASE SECONDS: SIGKILL TARGET the moment the restore
+# reaches PHASE (a phase may last a fraction of a second: the pid is
+# found before, the log read in a tight loop). Prints the pid killed;
+# fails when the restore ended or never got there, or TARGET was gone.
+kill_at() {
+	local target=$1 phase=$2 end=$((SECONDS + $3)) pid= pat
+	while [ -z "$ID" ] && [ "$SECONDS" -lt "$end" ] && ! gone "$RUN_PID"; do
+		ID=$(container_id "$NAME")
 	done
-	return 1
+	if [ "$phase" = task-create ]; then
+		[ "$target" = runc ] || pid=$(target_pid "$target")
+		while [ "$SECONDS" -lt "$end" ]; do
+			if [ -n "$(runc_restoring)" ]; then
+				[ -n "$pid" ] || pid=$(target_pid "$target")
+				[ -n "$pid" ] && ! gone "$pid" && kill -KILL "$pid" && killed "$pid" task-create
+				return
+			fi
+			gone "$RUN_PID" && return 1
+		done
+		return 1
+	fi
+	while [ -z "${LOG:-}" ] && [ "$SECONDS" -lt "$end" ] && ! gone "$RUN_PID"; do
+		LOG=$(restore_log_since "$MARK")
+	done
+	[ -n "${LOG:-}" ] || return 1
+	pid=$(target_pid "$target")
+	[ -n "$pid" ] || [ "$target" != shim ] || { ID=$(container_id "$NAME"); pid=$(target_pid shim); }
+	pat=$(pattern_of "$phase")
+	while [ "$SECONDS" -lt "$end" ]; do
+		grep -Eq -- "$pat" "$LOG" 2>/dev/null && break
+	done
+	grep -Eq -- "$pat" "$LOG" 2>/dev/null || return 1
+	[ -n "$pid" ] && ! gone "$pid" && kill -KILL "$pid" && killed "$pid" "$phase"
+}
+
+# killed PID AT: "PID PHASE", the phase the restore was at when PID was
+# killed: AT, the one waited for, or a later one its log shows (a killed
+# runc's shim may remove the log at once).
+killed() {
+	local order=(task-create criu-started memory-fill criu-done) now i at=$2
+	now=$(phase_now)
+	for i in "${order[@]}"; do
+		[ "$i" != "$at" ] || break
+		[ "$i" != "$now" ] || { now=; break; }
+	done
+	# NOW is later than AT unless it came first in the list.
+	[ -z "$now" ] || [ "$now" = none ] || [ "$now" = criu-log ] || at=$now
+	echo "$1 $at"
+}
+	[ "$p" != "$order" ] && [ "${#p}" -ge "${#order%%"$2"*}" ] || at=$2
+	echo "$1 $at"
 }
 
 # host_left NAME PORT ID: what what_is_left finds, and what the cache and
@@ -161,7 +210,6 @@ host_left() {
 	what_is_left "$@"
 	k_ snapshots ls | awk '$1 ~ /building-|^checkpoint-restore\// {print "cache snapshot " $1}'
 	comm -13 "$BATS_FILE_TMPDIR/leases" <(k_ leases ls -q | sort) | sed 's/^/lease /'
-	image_state | diff "$BATS_FILE_TMPDIR/image" - | sed -n 's/^> /image changed: /p'
 	# runc's state dir and its criu-root bind (issue 61, item 5).
 	[ -z "$3" ] || grep -F -- "/$3/criu-root" /proc/self/mountinfo | awk '{print "criu-root mount " $5}'
 	return 0
@@ -170,13 +218,15 @@ host_left() {
 # settled_left NAME PORT ID: host_left once it stops shrinking (processes
 # on their way out, the GC taking removed snapshots), at most ~10 s.
 settled_left() {
-	local left i
-	for ((i = 0; i < 50; i++)); do
+	local left end=$((SECONDS + 10))
+	while :; do
 		left=$(host_left "$@")
-		[ -n "$left" ] || return 0
-		sleep 0.2
+		[ -n "$left" ] && [ "$SECONDS" -lt "$end" ] || break
+		sleep 0.5
 	done
-	echo "$left"
+	[ -z "$left" ] || echo "$left"
+	# Hashing every blob takes a while: once.
+	image_state | diff "$BATS_FILE_TMPDIR/image" - | sed -n 's/^> /image changed: /p'
 }
 
 # scrub NAME ID: remove what a failed case left, as docs/operations.md
@@ -200,6 +250,18 @@ scrub() {
 	comm -13 "$BATS_FILE_TMPDIR/leases" <(k_ leases ls -q | sort) | xargs -r -n1 "$BIN/ctr" \
 		--address "$RK_DIR/containerd.sock" -n default leases rm 2>/dev/null
 	return 0
+}
+
+# summary: what_is_left's lines, one of each kind with its count (the
+# full list goes to the case's .left file).
+summary() {
+	awk '{
+		k = $1; if ($1 ~ /^(port|iptables|CNI|cache|containerd|process|criu)$/) k = $1 " " $2
+		if (k ~ /^process/) k = k " " $NF
+		if (!(k in n)) { order[++m] = k; first[k] = $0 }
+		n[k]++
+	}
+	END { for (i = 1; i <= m; i++) { k = order[i]; printf "%s%s", (i > 1 ? "; " : ""), (n[k] > 1 ? k " x" n[k] : substr(first[k], 1, 110)) } }'
 }
 
 # containerd_back: start this stack's containerd again after it was killed.
@@ -249,23 +311,17 @@ restore_case() {
 	MARK=$BATS_TEST_TMPDIR/mark RUN_OUT=$BATS_TEST_TMPDIR/run.out
 	touch "$MARK"
 	sleep 0.01
-	n_ run -d --name "$NAME" -p "127.0.0.1:$port:30000" "$IMAGE" >"$RUN_OUT" 2>&1 3>&- &
+	LOG=
+	# Not through n_: RUN_PID must be nerdctl itself (nerdctl.sh execs it).
+	"$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" run -d --name "$NAME" -p "127.0.0.1:$port:30000" "$IMAGE" >"$RUN_OUT" 2>&1 3>&- &
 	RUN_PID=$!
-	if ! wait_phase "$phase" 90; then
-		seen="never ($(phase_now))"
-		detail="the restore never reached $phase"
+	if pid=$(kill_at "$target" "$phase" 90); then
+		seen=${pid#* } pid=${pid%% *}
+		detail="killed $target pid $pid"
+		[ "$target" != containerd ] || detail+="; $(containerd_back)"
 	else
-		[ -n "$ID" ] || ID=$(container_id "$NAME")
-		pid=$(target_pid "$target")
-		if [ -z "$pid" ]; then
-			seen="$(phase_now), no $target"
-			detail="no $target process at $phase: nothing killed"
-		else
-			kill -KILL "$pid"
-			seen="$(phase_now)"
-			detail="killed $target pid $pid"
-			[ "$target" != containerd ] || detail+="; $(containerd_back)"
-		fi
+		seen="$(phase_now), no $target"
+		detail="no $target process at $phase (or the restore never got there): nothing killed"
 	fi
 	[ -n "$ID" ] || ID=$(container_id "$NAME")
 	# The client ends within 90 s, or the case hangs.
@@ -296,7 +352,8 @@ restore_case() {
 	}
 	left=$(settled_left "$NAME" "$port" "$ID")
 	if [ -n "$left" ]; then
-		detail+="; left: $(tr '\n' ';' <<<"$left" | cut -c1-1500)"
+		echo "$left" >"$CHAOS_LOGS/restore-$n-$target-$phase.left"
+		detail+="; left: $(summary <<<"$left")"
 		scrub "$NAME" "$ID"
 		left=FAIL
 	else
@@ -309,7 +366,7 @@ restore_case() {
 	else
 		next=PASS
 	fi
-	case $detail in *"nothing killed"* | *"never reached"*) [ "$left$next" != PASSPASS ] || left=N/A next=N/A ;; esac
+	case $detail in *"nothing killed"*) [ "$left$next" != PASSPASS ] || left=N/A next=N/A ;; esac
 	record restore "$target" "$phase" "$seen" "${outcome:-}" "$left" "$next" "id=$ID; $detail"
 	outcome=
 }
@@ -321,7 +378,7 @@ restore_case() {
 	local n=0 c
 	for c in $CHAOS_RESTORE; do
 		n=$((n + 1))
-		restore_case "$n" "${c%@*}" "${c#*@}"
+		restore_case "$n" "${c%@*}" "${c#*@}" || true
 	done
 }
 
@@ -363,7 +420,7 @@ create_case() {
 	CREATE_PID=$!
 	local i
 	for ((i = 0; i < 2400; i++)); do
-		grep -q "^==> $phase \.\.\.$" "$out" && break
+		grep -q "^==> $phase \.\.\.$" "$out" 2>/dev/null && break
 		gone "$CREATE_PID" && break
 		sleep 0.02
 	done
@@ -449,6 +506,6 @@ create_case() {
 	local n=0 p
 	for p in $CHAOS_CREATE; do
 		n=$((n + 1))
-		create_case "$n" "$p"
+		create_case "$n" "$p" || true
 	done
 }
