@@ -199,9 +199,6 @@ killed() {
 	[ -z "$now" ] || [ "$now" = none ] || [ "$now" = criu-log ] || at=$now
 	echo "$1 $at"
 }
-	[ "$p" != "$order" ] && [ "${#p}" -ge "${#order%%"$2"*}" ] || at=$2
-	echo "$1 $at"
-}
 
 # host_left NAME PORT ID: what what_is_left finds, and what the cache and
 # the store hold beyond what they held before the case: a restore's hold
@@ -400,6 +397,14 @@ tree_of() {
 	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do tree_of "$c"; done
 }
 
+# exes_of PID: "COMM=EXE" of PID's tree (a deleted EXE says so).
+exes_of() {
+	local c
+	[ -r "/proc/$1/status" ] || return 0
+	echo "$(cat "/proc/$1/comm")=$(readlink "/proc/$1/exe")"
+	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do exes_of "$c"; done
+}
+
 # create_case N PHASE: oci-checkpoint create SIGKILLed once it says PHASE
 # began; then the engine, as docs/operations.md says to bring it back
 # (unpause a Paused one, call the profile's resume), must answer as
@@ -493,7 +498,7 @@ create_case() {
 			next="its restore answers otherwise"
 		fi
 	fi
-	[ -z "$next" ] || detail+="next: $next"
+	[ -z "$next" ] || detail+="next: $next; the container's processes then: $(exes_of "$(n_ inspect -f '{{.State.Pid}}' "$name" 2>/dev/null)" | tr '\n' ' ')"
 	if [ -n "$next" ]; then next=FAIL; else next=PASS; fi
 	[ "$text" = "$E_TEXT" ] && [ "$pid" = "$E_PID" ] || next=FAIL
 	timeout 60 "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rm -f "$name" "$name-r" >/dev/null 2>&1
