@@ -208,6 +208,8 @@ killed() {
 # or a building snapshot, a lease, the image changed.
 host_left() {
 	what_is_left "$@"
+	# Who holds a port left bound.
+	ss -Htlnp "sport = :$2" | grep -o 'users:.*' | sed 's/^/port held by /'
 	k_ snapshots ls | awk '$1 ~ /building-|^checkpoint-restore\// {print "cache snapshot " $1}'
 	comm -13 "$BATS_FILE_TMPDIR/leases" <(k_ leases ls -q | sort) | sed 's/^/lease /'
 	# runc's state dir and its criu-root bind (issue 61, item 5).
