@@ -36,6 +36,14 @@ teardown() {
 
 teardown_file() {
 	stack_down
+	# What containerd-down.sh does not know (a killed shim's logger names
+	# only the data root): the case that left it has said so.
+	local p
+	for p in /proc/[0-9]*; do
+		[ "${p#/proc/}" != "$$" ] || continue
+		tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$RK_DIR/" && kill -KILL "${p#/proc/}" 2>/dev/null
+	done
+	return 0
 }
 
 n_() { "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" "$@"; }
@@ -242,7 +250,9 @@ scrub() {
 	timeout 60 "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rm -f "$name" >/dev/null 2>&1
 	for p in /proc/[0-9]*; do
 		grep -qF -- "$id" "$p/cgroup" 2>/dev/null && kill -KILL "${p#/proc/}" 2>/dev/null
-		tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$id" && kill -KILL "${p#/proc/}" 2>/dev/null
+		# The shim, and nerdctl's logger (CONTAINER_ID in its environment).
+		{ tr '\0' ' ' <"$p/cmdline"; tr '\0' '\n' <"$p/environ"; } 2>/dev/null | grep -qF -- "$id" &&
+			kill -KILL "${p#/proc/}" 2>/dev/null
 	done
 	for p in $(stack_criu); do kill -KILL "$p" 2>/dev/null; done
 	sleep 0.5
