@@ -41,7 +41,10 @@ teardown_file() {
 	local p
 	for p in /proc/[0-9]*; do
 		[ "${p#/proc/}" != "$$" ] || continue
-		tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -qF -- "$RK_DIR/" && kill -KILL "${p#/proc/}" 2>/dev/null
+		# A port reserver started by a nerdctl run of this file carries its
+		# environment.
+		{ tr '\0' ' ' <"$p/cmdline"; tr '\0' '\n' <"$p/environ"; } 2>/dev/null |
+			grep -qF -e "$RK_DIR/" -e "BATS_RUN_TMPDIR=$BATS_RUN_TMPDIR" && kill -KILL "${p#/proc/}" 2>/dev/null
 	done
 	return 0
 }
@@ -243,6 +246,11 @@ settled_left() {
 # tells an operator to, so that the next case starts clean.
 scrub() {
 	local name=$1 id=$2 p
+	# nerdctl's port reserver (a `sleep infinity` holding the host port)
+	# names neither: it goes by the port.
+	for p in $(ss -Htlnp "sport = :${3:-0}" | grep -o 'pid=[0-9]*' | cut -d= -f2); do
+		[ "$(cat "/proc/$p/comm" 2>/dev/null)" != sleep ] || kill -KILL "$p"
+	done
 	timeout 60 "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rm -f "$name" >/dev/null 2>&1
 	[ -n "$id" ] || return 0
 	grep -F "/$id/criu-root" /proc/self/mountinfo | awk '{print $5}' | xargs -r -n1 umount -l
@@ -303,7 +311,7 @@ restores_same() {
 	timeout 60 "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" rm -f "$name" >/dev/null 2>&1 || echo "nerdctl rm -f $name failed"
 	local left
 	left=$(settled_left "$name" "$port" "$id")
-	[ -z "$left" ] || { echo "after its rm: $(tr '\n' ';' <<<"$left")"; scrub "$name" "$id"; }
+	[ -z "$left" ] || { echo "after its rm: $(summary <<<"$left")"; scrub "$name" "$id" "$port"; }
 }
 
 # gc_loop: the cache GC pruning everything unused, in a loop (CHAOS_GC=1).
@@ -366,7 +374,7 @@ restore_case() {
 	if [ -n "$left" ]; then
 		echo "$left" >"$CHAOS_LOGS/restore-$n-$target-$phase.left"
 		detail+="; left: $(summary <<<"$left")"
-		scrub "$NAME" "$ID"
+		scrub "$NAME" "$ID" "$port"
 		left=FAIL
 	else
 		left=PASS
