@@ -360,7 +360,8 @@ restore_case() {
 		if [ "$status" -eq 0 ]; then
 			outcome="nerdctl run exit 0"
 		else
-			outcome="exit $status: $(first_error "$RUN_OUT")"
+			outcome="exit $status${status:+: }$(first_error "$RUN_OUT")"
+			outcome=${outcome%: }
 		fi
 	fi
 	cp "$RUN_OUT" "$CHAOS_LOGS/restore-$n-$target-$phase.out" 2>/dev/null || true
@@ -478,9 +479,11 @@ create_case() {
 		engine POST "$port" /resume_memory_occupation '{}' >/dev/null 2>&1 && how+="POST /resume_memory_occupation; "
 	fi
 	outcome+="; needed: ${how:-nothing}"
-	local text pid
-	text=$(engine POST "$port" /generate "$PROMPT" 2>/dev/null | jq -r .text 2>/dev/null)
-	pid=$(state_of "$port" pid 2>/dev/null)
+	local text=$E_TEXT pid=$E_PID
+	if [ "$phase" != stop ]; then
+		text=$(engine POST "$port" /generate "$PROMPT" 2>/dev/null | jq -r .text 2>/dev/null)
+		pid=$(state_of "$port" pid 2>/dev/null)
+	fi
 	[ "$text" = "$E_TEXT" ] || detail+="the engine answers '$text' after that; "
 	[ "$pid" = "$E_PID" ] || detail+="not the same engine process ($pid, was $E_PID); "
 	# Leftovers: the store as before, the work dir empty, no quiesce call or
@@ -492,7 +495,14 @@ create_case() {
 		[ "$now" != "$before" ] || break
 		sleep 0.2
 	done
-	[ "$now" = "$before" ] || left+="store: $(diff <(echo "$before") <(echo "$now") | grep '^[<>]' | tr '\n' ';'); "
+	if [ "$phase" = stop ]; then
+		# The image was stored: it stays, only a lease may not.
+		k_ images ls -q | grep -qxF "$img" || left+="no image stored; "
+		now=$(comm -13 <(echo "$before" | sort) <(k_ leases ls -q | sort))
+		[ -z "$now" ] || left+="lease $now; "
+	elif [ "$now" != "$before" ]; then
+		left+="store: $(diff <(echo "$before") <(echo "$now") | grep '^[<>]' | tr '\n' ';'); "
+	fi
 	[ -z "$(ls -A "$work")" ] || left+="work dir: $(ls -A "$work" | tr '\n' ' '); "
 	local procs
 	procs=$(tree_of "$(n_ inspect -f '{{.State.Pid}}' "$name" 2>/dev/null)")
@@ -508,7 +518,11 @@ create_case() {
 	rm -rf "${work:?}"/*
 	# The engine checkpoints again and that image restores with its answer.
 	next=
-	if ! timeout 300 "$BIN/oci-checkpoint" create -q --replace --work-dir "$work" "$name" "$img" >"$out.again" 2>&1; then
+	if [ "$phase" = stop ]; then
+		: # the image was stored before the kill: restore it below
+		n_ rm -f "$name" >/dev/null 2>&1
+	fi
+	if [ "$phase" != stop ] && ! timeout 300 "$BIN/oci-checkpoint" create -q --replace --work-dir "$work" "$name" "$img" >"$out.again" 2>&1; then
 		next="create again failed: $(first_error "$out.again")"
 	else
 		local p2
