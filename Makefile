@@ -27,7 +27,7 @@ CNI_PLUGINS          := bridge loopback host-local portmap firewall tuning
 STACK := $(BIN)/containerd $(BIN)/runc $(BIN)/criu $(BIN)/nerdctl $(BIN)/nvidia-ctk $(BIN)/nvidia-cdi-hook \
 	$(BIN)/checkpointctl $(BIN)/crictl $(BIN)/cni/bridge $(BIN)/mkfs.erofs
 
-.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches test-restore test-guard test-criu fuzz demo bench bench-load bench-criu clean distclean FORCE
+.PHONY: help deps build stack install provision test test-cuda-checkpoint test-patches test-restore test-guard test-criu fuzz chaos demo bench bench-load bench-criu clean distclean FORCE
 
 help: ## list the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z][a-z-]*:.*## / {printf "  %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -219,6 +219,14 @@ FUZZ_KEEP  ?= $(BUILDDIR)/fuzz-failed
 fuzz: ## restore FUZZ_CASES (300) randomly mutated checkpoint images beside canaries (root; run 'make build' first)
 	tests/fuzz/fuzz-images.py --runc $(BIN)/runc --crit $(BIN)/crit --cases $(FUZZ_CASES) \
 		$(if $(FUZZ_SEED),--seed $(FUZZ_SEED)) --keep $(FUZZ_KEEP)
+
+# The fault matrix (tests/chaos/chaos.sh, outside tests/bats so make test
+# skips it): a restore's CRIU, runc, shim, containerd or client SIGKILLed at
+# each phase, and oci-checkpoint create at each of its phases; one line per
+# case. CHAOS_CASES=N (CHAOS_SEED) runs N random restore cases instead,
+# CHAOS_GC=1 prunes the cache in a loop beside them; chaos.sh lists the rest.
+chaos: ## SIGKILL each part of a restore and create at each phase, check leftovers and the next restore (root; run 'make build' first)
+	tests/chaos/chaos.sh
 
 demo: build ## checkpoint a running engine and restore it with nerdctl run, printing phase times
 	scripts/demo.sh
