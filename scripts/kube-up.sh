@@ -47,8 +47,11 @@ printf 'bridge=%s\ncgroot=%s\n' "$bridge" "$cgroot" >"$k/names"
 up=
 trap '[ -n "$up" ] || "$here/kube-down.sh" "$dir"' EXIT
 
+# The node's address: the default route's source, else the first global
+# one (a host whose traffic goes through a proxy may have no default route).
 host_ip=$(ip -o route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
-[ -n "$host_ip" ] || die "no address on a default route: the kubelet needs a non-loopback node address"
+[ -n "$host_ip" ] || host_ip=$(ip -o -4 addr show scope global 2>/dev/null | awk '{sub("/.*", "", $4); print $4; exit}')
+[ -n "$host_ip" ] || die "this host has no IPv4 address but loopback: the kubelet needs a non-loopback node address (add one, e.g. on a dummy link)"
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 etcd_port=$(free_port) etcd_peer=$(free_port) api_port=$(free_port)
 kubelet_port=$(free_port) healthz_port=$(free_port) cm_port=$(free_port) sched_port=$(free_port)
