@@ -27,26 +27,6 @@ teardown_file() {
 	stack_down
 }
 
-# record_pod POD: remember its engine's answer and identity in E_*.
-record_pod() {
-	E_TEXT=$(at "$1" POST /generate "$PROMPT" | jq -r .text)
-	answered "before the checkpoint" "$E_TEXT"
-	E_PID=$(at "$1" GET /state | jq -r .pid)
-	E_START=$(at "$1" GET /state | jq -r .start_time)
-}
-
-# assert_restored POD: POD's engine is the checkpointed process, resumed,
-# and containerd restored its container (not started it) with phase times.
-assert_restored() {
-	local pod=$1 id
-	id=$(container_id "$pod")
-	is "$(at "$pod" GET /state | jq -r .start_time)" "$E_START" "start time in $pod: restored, not restarted"
-	is "$(at "$pod" GET /state | jq -r .pid)" "$E_PID" "engine pid in $pod"
-	is "$(at "$pod" POST /generate "$PROMPT" | jq -r .text)" "$E_TEXT" "greedy output of $pod"
-	logged "Restored container $id successfully"
-	logged "restored from checkpoint image .*criu-restore=[0-9.]*s"
-}
-
 @test "kubelet: oci-checkpoint checkpoints a Deployment's pod by namespace, pod and container name" {
 	deployment src "$ENGINE_IMAGE" 1 Never
 	wait_for "Deployment src ready" 120 ready_replicas src 1

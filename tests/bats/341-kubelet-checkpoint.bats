@@ -31,19 +31,11 @@ teardown_file() {
 kubelet_checkpoint() {
 	local pki=$RK_DIR/kube/pki port node
 	port=$(sed -n 's/^port: *//p' "$RK_DIR/kube/kubelet.yaml")
-	node=$(ip -o route get 1.1.1.1 | sed -n 's/.* src \([0-9.]*\).*/\1/p')
+	node=$(kube_node_ip)
 	[ -n "$port" ] && [ -n "$node" ] || die "no kubelet port or node address"
 	echo "\$ curl -X POST https://$node:$port/checkpoint/$1/$2/$3" >&2
 	curl -fsS --max-time 300 --cacert "$pki/ca.crt" --cert "$pki/admin.crt" --key "$pki/admin.key" \
 		-X POST "https://$node:$port/checkpoint/$1/$2/$3" | tee /dev/stderr | jq -r '.items[0]'
-}
-
-# record_pod POD: remember its engine's answer and identity in E_* (as 340).
-record_pod() {
-	E_TEXT=$(at "$1" POST /generate "$PROMPT" | jq -r .text)
-	answered "before the checkpoint" "$E_TEXT"
-	E_PID=$(at "$1" GET /state | jq -r .pid)
-	E_START=$(at "$1" GET /state | jq -r .start_time)
 }
 
 # no_image NAME: the node's image store has no image NAME.
