@@ -85,12 +85,7 @@ sock=$dir/containerd.sock
 n() { "$root/scripts/nerdctl.sh" "$dir" "$@"; }
 k() { "$bin/ctr" --address "$sock" -n default "$@"; }
 # ports COUNT: COUNT distinct loopback ports nobody listens on.
-ports() {
-	python3 -c 'import socket, sys
-s = [socket.socket() for _ in range(int(sys.argv[1]))]
-for x in s: x.bind(("127.0.0.1", 0))
-print(" ".join(str(x.getsockname()[1]) for x in s))' "$1"
-}
+ports() { "$root/scripts/free-ports.py" "$1"; }
 # what_is_left NAME PORT ID, run outside bats: it needs these three.
 REKINDLE_ROOT=$root RK_DIR=$dir BIN=$bin
 # shellcheck source=tests/bats/faults.bash

@@ -123,7 +123,7 @@ state_timeout=${BENCH_TASK_STATE_TIMEOUT:-120s}
 CONTAINERD_TASK_STATE_TIMEOUT=$state_timeout "$root/scripts/containerd-up.sh" "$dir"
 export CONTAINERD_ADDRESS=$dir/containerd.sock PATH=$bin:$PATH
 n() { "$root/scripts/nerdctl.sh" "$dir" "$@"; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port() { "$root/scripts/free-ports.py"; }
 drop_caches() {
 	[ "$drop" = 1 ] || return 0
 	sync

@@ -30,7 +30,7 @@ dir=$(realpath -m "${1:-/tmp/rekindle-stock-compare}")
 bin=$root/build/bin
 stock=$root/build/stock
 tags="urfave_cli_no_docs no_btrfs"
-port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+port=$("$root/scripts/free-ports.py")
 image=rekindle.local/ckpt:stock-compare
 
 # 1. stock containerd

@@ -29,7 +29,7 @@ export CONTAINERD_ADDRESS=$dir/containerd.sock PATH=$bin:$PATH
 n() { "$root/scripts/nerdctl.sh" "$dir" "$@"; }
 now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN {printf "%.2f", b - a}'; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+port() { "$root/scripts/free-ports.py"; }
 call() { curl -fsS --max-time 30 "$@"; }
 generate() { call -X POST -H 'Content-Type: application/json' -d "$prompt" "http://127.0.0.1:$1/generate" | jq -r .text; }
 wait_url() { # wait_url URL SECONDS

@@ -53,9 +53,7 @@ host_ip=$(ip -o route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\
 [ -n "$host_ip" ] || host_ip=$(ip -o -4 addr show scope global 2>/dev/null | awk '{sub("/.*", "", $4); print $4; exit}')
 [ -n "$host_ip" ] || die "this host has no IPv4 address but loopback: the kubelet needs a non-loopback node address (add one, e.g. on a dummy link)"
 echo "node_ip=$host_ip" >>"$k/names"
-free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-etcd_port=$(free_port) etcd_peer=$(free_port) api_port=$(free_port)
-kubelet_port=$(free_port) healthz_port=$(free_port) cm_port=$(free_port) sched_port=$(free_port)
+read -r etcd_port etcd_peer api_port kubelet_port healthz_port cm_port sched_port < <("$here/free-ports.py" 7)
 api=https://127.0.0.1:$api_port
 
 # Certificates: one CA signs every server and client certificate.

@@ -211,9 +211,9 @@ wait_for() {
 
 # ---- the CPU reference engine ---------------------------------------------
 
-# free_port: a loopback TCP port nobody listens on.
+# free_port: a TCP port nobody holds, outside the ephemeral range (scripts/free-ports.py says why).
 free_port() {
-	python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	"$REKINDLE_ROOT/scripts/free-ports.py"
 }
 
 # engine GET|POST PORT PATH [JSON]: one HTTP call to an engine on loopback.
