@@ -39,7 +39,7 @@ Examples:
   oci-checkpoint create --engine generic --port 9000 --quiesce 'POST /pause {"drain": true, "timeout": 30}' \
       --resume 'POST /resume' myengine rekindle.local/ckpt:mine
   oci-checkpoint create --output oci-archive:/var/tmp/engine.tar engine rekindle.local/ckpt:engine`,
-	Flags: []cli.Flag{
+	Flags: append([]cli.Flag{
 		&cli.StringFlag{Name: "engine", Value: "sglang", Usage: "engine profile: " + strings.Join(engine.Names, ", ")},
 		&cli.IntFlag{Name: "port", Usage: "engine HTTP port inside the container", DefaultText: "the profile's: sglang 30000, vllm 8000"},
 		&cli.IntFlag{Name: "sleep-level", Usage: "vllm: sleep level before the dump, 1 (weights offloaded to host memory, in the checkpoint) or 2 (weights dropped, reloaded from the model's files on wake)", DefaultText: strconv.Itoa(engine.DefaultVLLMSleepLevel)},
@@ -54,16 +54,7 @@ Examples:
 		&cli.StringFlag{Name: "wake-binary", Usage: "the static rekindle-wake to inject (default: beside oci-checkpoint)"},
 		&cli.BoolFlag{Name: "leave-running", Usage: "resume the engine after the dump instead of stopping the container"},
 		&cli.BoolFlag{Name: "stop-at-dump", Usage: "stop the container with the dump, not once the image is written: faster for an engine that keeps its weights on the GPU, but a failed packaging loses the engine"},
-		&cli.StringFlag{Name: "output", Usage: "oci-archive:PATH writes an OCI archive instead of storing the image (its folder must exist)"},
-		&cli.BoolFlag{Name: "replace", Usage: "replace a checkpoint image of that name, or the --output file, instead of refusing it (as podman create --replace)"},
-		&cli.StringFlag{Name: "work-dir", Usage: "where the checkpoint is assembled (needs room for it; default $TMPDIR)"},
-		&cli.BoolFlag{Name: "keep-zero-pages", Usage: "store the pages of zeros of the processes' private memory as CRIU dumped them (by default they are left out: a restore maps fresh memory, which reads as zeros)"},
-		&cli.StringFlag{Name: "compression", Value: checkpoint.CompressionNone, Usage: "checkpoint layer compression: none (fastest to write; restores with any runtime), pages (the memory pages compressed inside a layer read in place: a fifth of the bytes to read on a first restore; restores only with Rekindle's containerd) or zstd (the whole layer: smallest to push and pull, unpacked at about 1 GB/s before a first restore)"},
-		&cli.StringFlag{Name: "fallback", Value: annotations.FallbackNone, Usage: "what a host that cannot restore the image does (CPU flags, GPUs, driver): cold starts the container afresh from its base image, none fails the restore"},
-		&cli.StringFlag{Name: "sign-key", Usage: "sign the image with this Ed25519 private key (PEM, PKCS#8: 'openssl genpkey -algorithm ed25519 -out FILE'), for hosts whose containerd requires a signature (checkpoint_restore_require_signature; see docs/operations.md, \"Requiring a signature\")"},
-		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no phases or progress, only errors (and --json's result)"},
-		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout (docs/json.md)"},
-	},
+	}, imageFlags("where the checkpoint is assembled")...),
 	Action: func(cc *cli.Context) error {
 		if err := cliapp.CheckArgs(cc); err != nil {
 			return err
@@ -72,42 +63,24 @@ Examples:
 		if err != nil {
 			return cliapp.Usagef(cc, "%w", err)
 		}
+		img, err := readImageFlags(cc)
+		if err != nil {
+			return err
+		}
 		o := checkpoint.Options{
 			Container: cc.Args().Get(0), Image: cc.Args().Get(1), Engine: p, URL: cc.String("url"),
 			HealthTimeout: cc.Duration("health-timeout"), RefusedTimeout: cc.Duration("refused-timeout"), QuiesceTimeout: cc.Duration("quiesce-timeout"),
 			WakeDeadline: cc.Duration("wake-deadline"), WakeBinary: cc.String("wake-binary"),
-			LeaveRunning: cc.Bool("leave-running"), WorkDir: cc.String("work-dir"), Progress: os.Stderr,
-			Compression: cc.String("compression"), KeepZeroPages: cc.Bool("keep-zero-pages"), Version: version, StopAtDump: cc.Bool("stop-at-dump"),
-			Fallback: cc.String("fallback"), Replace: cc.Bool("replace"),
-		}
-		if f := cc.String("sign-key"); f != "" {
-			// Read before anything is done to the engine: a key that
-			// cannot sign fails the command at once.
-			if o.SignKey, err = checkpoint.LoadSigningKey(f); err != nil {
-				return cli.Exit(fmt.Sprintf("--sign-key: %v", err), 2)
-			}
+			LeaveRunning: cc.Bool("leave-running"), StopAtDump: cc.Bool("stop-at-dump"), Version: version, Progress: os.Stderr,
+			OCIArchive: img.OCIArchive, Replace: img.Replace, WorkDir: img.WorkDir, KeepZeroPages: img.KeepZeroPages,
+			Compression: img.Compression, Fallback: img.Fallback, SignKey: img.SignKey,
 		}
 		if o.StopAtDump && o.LeaveRunning {
 			return cliapp.Usagef(cc, "--stop-at-dump and --leave-running contradict each other: give one")
 		}
-		if err := checkpoint.CheckCompression(o.Compression); err != nil {
-			return cliapp.Usagef(cc, "--%w", err)
-		}
-		switch o.Fallback {
-		case annotations.FallbackCold, annotations.FallbackNone:
-		default:
-			return cliapp.Usagef(cc, "--fallback %q: want %s or %s", o.Fallback, annotations.FallbackCold, annotations.FallbackNone)
-		}
-		quiet := cc.Bool("quiet")
+		quiet := img.Quiet
 		if quiet {
 			o.Progress, o.ProgressMode = nil, progress.Quiet
-		}
-		if out := cc.String("output"); out != "" {
-			path, ok := strings.CutPrefix(out, "oci-archive:")
-			if !ok || path == "" {
-				return cliapp.Usagef(cc, "--output %q: want oci-archive:PATH", out)
-			}
-			o.OCIArchive = path
 		}
 		if o.WakeBinary == "" {
 			self, _ := os.Executable()
@@ -143,7 +116,7 @@ Examples:
 				fmt.Fprintf(os.Stderr, "==> signed with key %s\n", id)
 			}
 		}
-		if cc.Bool("json") {
+		if img.JSON {
 			return cliapp.PrintJSON(res)
 		}
 		return nil

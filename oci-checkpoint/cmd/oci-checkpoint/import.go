@@ -46,29 +46,24 @@ Examples:
       /var/lib/kubelet/checkpoints/checkpoint-engine-7d4b9-x2x4z_default-engine-2026-12-02T01:30:00Z.tar \
       registry.example/engine:ckpt
   oci-checkpoint import --output oci-archive:/var/tmp/engine.tar ck.tar rekindle.local/ckpt:engine`,
-	Flags: []cli.Flag{
+	Flags: append([]cli.Flag{
 		&cli.StringFlag{Name: "base-image", Usage: "the local image the checkpointed container ran on, when the archive's record of it (config.dump's rootfsImageRef) finds none; its content must be the recorded one"},
 		&cli.StringFlag{Name: "engine", Usage: "record the engine's profile (" + strings.Join(engine.Names, ", ") + "), as create does; nothing is called"},
 		&cli.IntFlag{Name: "port", Usage: "record the engine's HTTP port inside the container", DefaultText: "none recorded"},
-		&cli.StringFlag{Name: "output", Usage: "oci-archive:PATH writes an OCI archive instead of storing the image (its folder must exist)"},
-		&cli.BoolFlag{Name: "replace", Usage: "replace a checkpoint image of that name, or the --output file, instead of refusing it"},
-		&cli.StringFlag{Name: "work-dir", Usage: "where the archive is unpacked (needs room for it; default $TMPDIR)"},
-		&cli.BoolFlag{Name: "keep-zero-pages", Usage: "store the pages of zeros of the processes' private memory as CRIU dumped them"},
-		&cli.StringFlag{Name: "compression", Value: checkpoint.CompressionNone, Usage: "checkpoint layer compression: none, pages or zstd (as create's)"},
-		&cli.StringFlag{Name: "fallback", Value: annotations.FallbackNone, Usage: "what a host that cannot restore the image does: cold starts the container afresh from its base image, none fails the restore"},
-		&cli.StringFlag{Name: "sign-key", Usage: "sign the image with this Ed25519 private key (PEM, PKCS#8), as create --sign-key"},
-		&cli.BoolFlag{Name: "quiet", Aliases: []string{"q"}, Usage: "print no phases or progress, only errors (and --json's result)"},
-		&cli.BoolFlag{Name: "json", Usage: "print the result as JSON on stdout (docs/json.md)"},
-	},
+	}, imageFlags("where the archive is unpacked")...),
 	Action: func(cc *cli.Context) error {
 		if err := cliapp.CheckArgs(cc); err != nil {
 			return err
 		}
+		img, err := readImageFlags(cc)
+		if err != nil {
+			return err
+		}
 		o := checkpoint.ImportOptions{
 			Archive: cc.Args().Get(0), Image: cc.Args().Get(1), BaseImage: cc.String("base-image"),
-			Engine: cc.String("engine"), Port: cc.Int("port"), Replace: cc.Bool("replace"), WorkDir: cc.String("work-dir"),
-			Version: version, Compression: cc.String("compression"), KeepZeroPages: cc.Bool("keep-zero-pages"),
-			Fallback: cc.String("fallback"), Progress: os.Stderr,
+			Engine: cc.String("engine"), Port: cc.Int("port"), Version: version, Progress: os.Stderr,
+			OCIArchive: img.OCIArchive, Replace: img.Replace, WorkDir: img.WorkDir, KeepZeroPages: img.KeepZeroPages,
+			Compression: img.Compression, Fallback: img.Fallback, SignKey: img.SignKey,
 		}
 		if o.Engine != "" && !slices.Contains(engine.Names, o.Engine) {
 			return cliapp.Usagef(cc, "--engine %q: want one of %s", o.Engine, strings.Join(engine.Names, ", "))
@@ -76,28 +71,7 @@ Examples:
 		if o.Port < 0 || o.Port > 65535 {
 			return cliapp.Usagef(cc, "--port %d: want 1 to 65535", o.Port)
 		}
-		if err := checkpoint.CheckCompression(o.Compression); err != nil {
-			return cliapp.Usagef(cc, "--%w", err)
-		}
-		switch o.Fallback {
-		case annotations.FallbackCold, annotations.FallbackNone:
-		default:
-			return cliapp.Usagef(cc, "--fallback %q: want %s or %s", o.Fallback, annotations.FallbackCold, annotations.FallbackNone)
-		}
-		if out := cc.String("output"); out != "" {
-			path, ok := strings.CutPrefix(out, "oci-archive:")
-			if !ok || path == "" {
-				return cliapp.Usagef(cc, "--output %q: want oci-archive:PATH", out)
-			}
-			o.OCIArchive = path
-		}
-		if f := cc.String("sign-key"); f != "" {
-			var err error
-			if o.SignKey, err = checkpoint.LoadSigningKey(f); err != nil {
-				return cli.Exit(fmt.Sprintf("--sign-key: %v", err), 2)
-			}
-		}
-		quiet := cc.Bool("quiet")
+		quiet := img.Quiet
 		if quiet {
 			o.Progress, o.ProgressMode = nil, progress.Quiet
 		}
@@ -123,7 +97,7 @@ Examples:
 				fmt.Fprintf(os.Stderr, "==> signed with key %s\n", id)
 			}
 		}
-		if cc.Bool("json") {
+		if img.JSON {
 			return cliapp.PrintJSON(res)
 		}
 		return nil

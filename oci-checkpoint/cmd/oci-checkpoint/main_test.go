@@ -78,7 +78,7 @@ func TestUsageErrors(t *testing.T) {
 			}
 			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
 			if len(lines) != 2 || !strings.HasPrefix(lines[0], "oci-checkpoint: error: ") || !strings.Contains(lines[0], tc.err) ||
-				lines[1] != "usage: "+tc.usage+" (see '"+strings.Fields(tc.usage+" ")[0]+commandOf(tc.usage)+" --help')" {
+				lines[1] != "usage: "+tc.usage+" (see '"+strings.Fields(tc.usage + " ")[0]+commandOf(tc.usage)+" --help')" {
 				t.Errorf("stderr:\n%s\nwant an error line with %q, then \"usage: %s (see ...)\"", stderr, tc.err, tc.usage)
 			}
 		})
@@ -123,6 +123,36 @@ func TestCommandHelp(t *testing.T) {
 			if f.Names()[0] == name && !strings.HasSuffix(f.String(), want) {
 				t.Errorf("create --%s: %q, want it to end with %q", name, f.String(), want)
 			}
+		}
+	}
+}
+
+// The commands that write an image take its flags alike: the same names,
+// defaults and help, but for what --work-dir holds.
+func TestImageFlagsShared(t *testing.T) {
+	flagsOf := func(c *cli.Command) map[string]string {
+		m := map[string]string{}
+		for _, f := range c.Flags {
+			if d, ok := f.(cli.DocGenerationFlag); ok {
+				m[f.Names()[0]] = d.GetUsage() + " [" + d.GetDefaultText() + "]"
+			}
+		}
+		return m
+	}
+	create, imp := flagsOf(createCmd), flagsOf(importCmd)
+	for _, f := range imageFlags("") {
+		name := f.Names()[0]
+		c, okc := create[name]
+		i, oki := imp[name]
+		switch {
+		case !okc || !oki:
+			t.Errorf("--%s: in create %v, in import %v; want both", name, okc, oki)
+		case name == "work-dir":
+			if c == i {
+				t.Errorf("--work-dir says the same for both: %q", c)
+			}
+		case c != i:
+			t.Errorf("--%s: create says %q, import %q", name, c, i)
 		}
 	}
 }
