@@ -65,6 +65,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ls", "x"}, `unexpected argument "x"`, "oci-checkpoint ls [flags]"},
 		{[]string{"list", "--bogus"}, "flag provided but not defined: --bogus", "oci-checkpoint ls [flags]"},
 		{[]string{"rm"}, "missing IMAGE", "oci-checkpoint rm [flags] IMAGE..."},
+		{[]string{"recover", "--bogus"}, "flag provided but not defined: --bogus", "oci-checkpoint recover [flags] [CONTAINER...]"},
+		{[]string{"recover", "c", "--quiet"}, "--quiet after [CONTAINER...]: flags go before the arguments", "oci-checkpoint recover [flags] [CONTAINER...]"},
 		{[]string{"sign", "img"}, "--key FILE is required", "oci-checkpoint sign [flags] IMAGE"},
 		{[]string{"sign", "--key"}, "flag needs an argument: --key", "oci-checkpoint sign [flags] IMAGE"},
 	} {
@@ -78,7 +80,7 @@ func TestUsageErrors(t *testing.T) {
 			}
 			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
 			if len(lines) != 2 || !strings.HasPrefix(lines[0], "oci-checkpoint: error: ") || !strings.Contains(lines[0], tc.err) ||
-				lines[1] != "usage: "+tc.usage+" (see '"+strings.Fields(tc.usage+" ")[0]+commandOf(tc.usage)+" --help')" {
+				lines[1] != "usage: "+tc.usage+" (see '"+strings.Fields(tc.usage + " ")[0]+commandOf(tc.usage)+" --help')" {
 				t.Errorf("stderr:\n%s\nwant an error line with %q, then \"usage: %s (see ...)\"", stderr, tc.err, tc.usage)
 			}
 		})
