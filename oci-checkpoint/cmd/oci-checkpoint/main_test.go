@@ -80,7 +80,7 @@ func TestUsageErrors(t *testing.T) {
 			}
 			lines := strings.Split(strings.TrimSuffix(stderr, "\n"), "\n")
 			if len(lines) != 2 || !strings.HasPrefix(lines[0], "oci-checkpoint: error: ") || !strings.Contains(lines[0], tc.err) ||
-				lines[1] != "usage: "+tc.usage+" (see '"+strings.Fields(tc.usage+" ")[0]+commandOf(tc.usage)+" --help')" {
+				lines[1] != "usage: "+tc.usage+" (see '"+strings.Fields(tc.usage + " ")[0]+commandOf(tc.usage)+" --help')" {
 				t.Errorf("stderr:\n%s\nwant an error line with %q, then \"usage: %s (see ...)\"", stderr, tc.err, tc.usage)
 			}
 		})
