@@ -56,7 +56,7 @@ Examples:
 		undone := 0
 		for _, r := range rs {
 			if r.Err != nil {
-				errs = append(errs, fmt.Errorf("container %s: %w", r.Container, r.Err))
+				errs = append(errs, r.Err)
 			} else {
 				undone++
 			}

@@ -71,7 +71,7 @@ func (cr *creation) begin() error {
 	for _, r := range undoDead(cr.sig, cr.c, dead, cr.o.Progress) {
 		if r.Err != nil {
 			cr.end(true)
-			return fmt.Errorf("container %s: %w", cr.o.Container, r.Err)
+			return r.Err
 		}
 	}
 	return nil

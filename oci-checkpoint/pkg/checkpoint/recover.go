@@ -457,8 +457,8 @@ func undoDead(ctx context.Context, c *client.Client, dead []claim, out io.Writer
 			}
 		}
 		if r.Err = undoClaim(ctx, c, cl, say); r.Err != nil {
-			r.Err = fmt.Errorf("undoing %s, killed at %s: %w; once the cause is fixed, 'oci-checkpoint recover %s' undoes the rest",
-				cl.describe(), at, r.Err, cl.container)
+			r.Err = fmt.Errorf("container %s: undoing %s, killed at %s: %w; once the cause is fixed, 'oci-checkpoint recover %s' undoes the rest",
+				containerRef(ctx, c, cl.container), cl.describe(), at, r.Err, cl.container)
 		} else if out != nil {
 			fmt.Fprintf(out, "==> undone\n")
 		}
