@@ -367,9 +367,15 @@ json_doc() {
 	local port image=rekindle.local/ckpt:half
 	port=$(free_port)
 	start_engine hsrc "$port"
-	# A work dir that cannot be created fails the dump phase, after the
-	# engine was quiesced and the helper injected.
+	# A work dir that cannot be created is refused before the engine is
+	# touched: create makes it first, to record what it does there.
 	ocicp 1 create --work-dir /proc/no-such-dir hsrc "$image"
+	[[ $output == *"work directory: stat /proc/no-such-dir"* ]] || die "error does not name the work dir"
+	is "$(state_of "$port" releases)" "0" "releases of the engine refused for its work dir"
+	# A helper that exits at once fails the inject-helper phase, after the
+	# engine was quiesced.
+	ocicp 1 create --wake-binary /bin/false hsrc "$image"
+	[[ $output == *"start the wake helper"* ]] || die "error does not name the helper's start"
 	[[ $output == *"the engine was resumed and is running"* ]] || die "error does not say the engine was resumed"
 	is "$(state_of "$port" loaded)" "true" "weights reloaded after the failed checkpoint"
 	engine POST "$port" /generate "$PROMPT" >/dev/null || die "engine stopped serving"

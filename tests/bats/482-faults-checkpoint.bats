@@ -16,6 +16,9 @@ setup_file() {
 
 teardown() {
 	[ -n "${RK_DIR:-}" ] || return 0
+	if [ -f "$BATS_TEST_TMPDIR/shim.pid" ]; then
+		kill -CONT "$(cat "$BATS_TEST_TMPDIR/shim.pid")" 2>/dev/null || true
+	fi
 	if [ -f "$BATS_TEST_TMPDIR/create.pid" ]; then
 		kill -KILL "$(cat "$BATS_TEST_TMPDIR/create.pid")" 2>/dev/null || true
 	fi
@@ -205,6 +208,184 @@ undone() {
 		die "the error does not say nothing was changed"
 	undone ihealth "$image"
 	is "$(state_of "$PORT" releases)" "0" "the engine was never released"
+}
+
+# ---- create SIGKILLed ------------------------------------------------------
+# A SIGKILL (the OOM killer, kill -9) leaves create no chance to undo what it
+# did; what it recorded on the host as it went lets the next create of the
+# container, or oci-checkpoint recover, undo it.
+
+# kill_create PHASE OUT [CMD...]: once create's OUT says PHASE began and CMD
+# (if given) succeeds, SIGKILL create; KILLED_PID is its pid, KILLED_AT the
+# phase it had begun last.
+kill_create() {
+	local phase=$1 out=$2 i
+	shift 2
+	for ((i = 0; i < 6000; i++)); do
+		if grep -q "^==> $phase \.\.\.$" "$out" && { [ $# -eq 0 ] || "$@" 2>/dev/null; }; then
+			break
+		fi
+		gone "$CREATE_PID" && break
+		sleep 0.01
+	done
+	gone "$CREATE_PID" && die "create ended before it could be killed at $phase: $(cat "$out")"
+	grep -q "^==> $phase \.\.\.$" "$out" && { [ $# -eq 0 ] || "$@"; } || die "create never began $phase${1:+ with $*}: $(cat "$out")"
+	kill -KILL "$CREATE_PID"
+	KILLED_PID=$CREATE_PID
+	wait "$CREATE_PID" 2>/dev/null || true
+	rm -f "$BATS_TEST_TMPDIR/create.pid"
+	KILLED_AT=$(grep -o '^==> [a-z-]* \.\.\.$' "$out" | tail -1 | cut -d' ' -f2)
+	sed 's/^/  killed create: /' "$out" >&2
+}
+
+init_of() { "$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$1"; }
+
+# waiter_under INIT: a wake helper is among INIT's children: the waiter,
+# reparented once the start that forked it exited.
+waiter_under() {
+	local c
+	for c in $(cat /proc/"$1"/task/*/children 2>/dev/null); do
+		[ "$(cat "/proc/$c/comm" 2>/dev/null)" = rekindle-wake ] && return 0
+	done
+	return 1
+}
+
+is_paused() { [ "$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Status}}' "$1")" = paused ]; }
+
+# shim_of NAME: the pid of container NAME's runc shim (its init's parent).
+shim_of() {
+	local init
+	init=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$1")
+	awk '/^PPid:/ {print $2}' "/proc/$init/status"
+}
+
+# undid OUTPUT NAME PHASE: OUTPUT names the killed create, container NAME
+# and the phase, and says the lease went and the undo ended.
+undid() {
+	grep -q "^==> an earlier oci-checkpoint create (pid $KILLED_PID, started [0-9: -]*) of container $2 was killed at $3; undoing it:\$" <<<"$1" ||
+		die "no line naming the killed create (pid $KILLED_PID), container $2 and phase $3"
+	grep -q "^    removed its lease rekindle-create-" <<<"$1" || die "the lease's removal is not said"
+	grep -q "^==> undone$" <<<"$1" || die "the undo did not end"
+}
+
+# kept_only IMAGE NAME: the engine in NAME runs as before (same process,
+# same answer, one wake helper running its current file, no zombie), and
+# all that is left of the checkpoints is IMAGE: once removed, the store
+# holds what it held before and the work dir is empty.
+kept_only() {
+	local image=$1 name=$2 procs
+	run_nerdctl inspect -f '{{.State.Status}}' "$name"
+	is "${lines[-1]}" "running" "the engine container"
+	is "$(state_of "$PORT" pid)" "$E_PID" "the same engine process"
+	is "$(engine POST "$PORT" /generate "$PROMPT" | jq -r .text)" "$E_TEXT" "the engine's answer"
+	procs=$(procs_of "$name")
+	! grep -q ' Z ' <<<"$procs" || die "a zombie in the container: $procs"
+	is "$(grep -c ' rekindle-wake$' <<<"$procs")" "1" "wake helpers in the container"
+	local init
+	init=$("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Pid}}' "$name")
+	! ls -l /proc/*/exe 2>/dev/null | grep -q '/.rekindle/rekindle-wake (deleted)' ||
+		die "a helper runs from a replaced file (CRIU's ghost file): $(ls -l /proc/*/exe 2>/dev/null | grep rekindle-wake)"
+	is "$(ls -A "$WORK")" "" "what is left in the work dir"
+	ocicp rm "$image"
+	wait_for "the store to hold what it held before create" 20 store_is "$BEFORE"
+}
+
+@test "SIGKILL once the wake helper runs: the next create resumes the engine through that helper, reuses it and checkpoints" {
+	local image=rekindle.local/ckpt:kill-helper out=$BATS_TEST_TMPDIR/create.out
+	STATE_MB=256 engine_up khelp
+	create_bg "$out" --work-dir "$WORK" khelp "$image"
+	kill_create inject-helper "$out" waiter_under "$(init_of khelp)"
+	is "$KILLED_AT" "~^(inject-helper|record|dump)$" "the phase create was killed in"
+	# The engine was left released: the next create undoes that first.
+	ocicp create --leave-running --health-timeout 20s --work-dir "$WORK" khelp "$image"
+	undid "$output" khelp "$KILLED_AT"
+	grep -q "^    resumed the engine through the wake helper it had started (pid [0-9]*)" <<<"$output" ||
+		die "the engine was not resumed through the helper the killed create started"
+	grep -q "^    removed its work directory $WORK/oci-checkpoint-" <<<"$output" || die "the work dir's removal is not said"
+	kept_only "$image" khelp
+}
+
+@test "SIGKILL during the dump: oci-checkpoint recover unpauses and resumes the engine and removes the lease and work dir; create then checkpoints" {
+	local image=rekindle.local/ckpt:kill-dump out=$BATS_TEST_TMPDIR/create.out paused=
+	STATE_MB=1024 engine_up kdump
+	create_bg "$out" --work-dir "$WORK" kdump "$image"
+	# CRIU writes the pages into the work dir: the dump is under way.
+	kill_create dump "$out" compgen -G "$WORK/oci-checkpoint-*/archive/checkpoint/pages-*.img"
+	sleep 1 # what the kill does to the dump in flight
+	! is_paused kdump || paused=1
+	echo "the container after the kill: $("$REKINDLE_ROOT/scripts/nerdctl.sh" "$RK_DIR" inspect -f '{{.State.Status}}' kdump)" >&2
+	[ -n "$(ls -A "$WORK")" ] || die "the killed create left no work dir: nothing to undo?"
+	ocicp recover kdump
+	undid "$output" kdump dump
+	[ -z "$paused" ] || grep -q "^    unpaused the container" <<<"$output" || die "the paused container's thaw is not said"
+	grep -q "^    resumed the engine through the wake helper" <<<"$output" || die "the engine's resume is not said"
+	undone kdump "$image"
+	ocicp recover kdump
+	grep -q "^==> no killed create left anything to undo$" <<<"$output" || die "a second recover found something: $output"
+	ocicp create --leave-running --work-dir "$WORK" kdump "$image"
+	kept_only "$image" kdump
+}
+
+@test "SIGKILL during packaging: the next create resumes the engine, removes the lease, its snapshots, ingests and work dir, and checkpoints" {
+	local image=rekindle.local/ckpt:kill-package out=$BATS_TEST_TMPDIR/create.out
+	STATE_MB=1024 engine_up kpkg
+	create_bg "$out" --work-dir "$WORK" kpkg "$image"
+	kill_create package "$out"
+	[ "$(store_state)" != "$BEFORE" ] || die "the killed create left nothing in the store: nothing to undo?"
+	ocicp create --leave-running --health-timeout 20s --work-dir "$WORK" kpkg "$image"
+	undid "$output" kpkg package
+	kept_only "$image" kpkg
+}
+
+@test "SIGKILL in the stop phase: oci-checkpoint recover stops the container as asked and keeps the stored image, which restores" {
+	local image=rekindle.local/ckpt:kill-stop out=$BATS_TEST_TMPDIR/create.out shim port leases
+	STATE_MB=256 engine_up kstop
+	leases=$(ctr_ leases ls -q | sort)
+	create_bg "$out" --work-dir "$WORK" kstop "$image"
+	# The stop phase is short: with the container's shim stopped during
+	# packaging (which does not call it), create waits in stop for the task.
+	wait_for "create's packaging" 120 grep -q '^==> package \.\.\.$' "$out"
+	shim=$(shim_of kstop)
+	echo "$shim" >"$BATS_TEST_TMPDIR/shim.pid"
+	kill -STOP "$shim"
+	kill_create stop "$out"
+	kill -CONT "$shim"
+	rm -f "$BATS_TEST_TMPDIR/shim.pid"
+	is "$KILLED_AT" "stop" "the phase create was killed in"
+	run_nerdctl image inspect "$image"
+	ocicp recover kstop
+	undid "$output" kstop stop
+	# The kill that create had asked the shim for may have landed once
+	# the shim went on: then only its task is left to delete.
+	grep -Eq "^    (stopped the container|deleted the container's stopped task), as create was asked to \(the image $image it stored is kept\)" <<<"$output" ||
+		die "the container's stop is not said"
+	run_nerdctl ps -a --filter name=kstop --format '{{.Status}}'
+	is "${lines[-1]}" "Created" "the source container after recover: stopped, its task deleted"
+	is "$(ls -A "$WORK")" "" "what is left in the work dir"
+	is "$(ctr_ leases ls -q | sort)" "$leases" "the leases after recover"
+	port=$(free_port)
+	run_nerdctl run -d --name kstop-r -p "127.0.0.1:$port:30000" "$image"
+	wait_for "the restored engine" 30 engine GET "$port" /health
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$E_TEXT" "the restored engine's answer"
+}
+
+@test "a create of a container that another create is checkpointing is refused, naming it; that one goes on undisturbed" {
+	local image=rekindle.local/ckpt:live out=$BATS_TEST_TMPDIR/create.out status
+	STATE_MB=1024 engine_up klive
+	create_bg "$out" --leave-running --work-dir "$WORK" klive "$image"
+	wait_for "the first create's dump" 60 grep -q '^==> dump \.\.\.$' "$out"
+	ocicp 1 create --work-dir "$WORK" klive rekindle.local/ckpt:live-second
+	grep -q "error: container klive is held by oci-checkpoint create (pid $CREATE_PID, started [0-9: -]*), which is still running: wait for it to end, or interrupt it (SIGINT undoes what it did); nothing was changed" <<<"$output" ||
+		die "the refusal does not name the running create"
+	ocicp 1 recover klive
+	grep -q "container klive is held by oci-checkpoint create (pid $CREATE_PID" <<<"$output" || die "recover does not refuse the running create"
+	status=0
+	wait "$CREATE_PID" || status=$?
+	rm -f "$BATS_TEST_TMPDIR/create.pid"
+	sed 's/^/  first create: /' "$out" >&2
+	is "$status" "0" "the first create's exit status"
+	run_nerdctl 1 image inspect rekindle.local/ckpt:live-second
+	kept_only "$image" klive
 }
 
 # ---- the wake helper under a PID 1 that never reaps ------------------------

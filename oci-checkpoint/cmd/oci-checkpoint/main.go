@@ -33,7 +33,7 @@ func newApp() *cli.App {
 			&cli.StringFlag{Name: "address", Aliases: []string{"a"}, Value: "/run/containerd/containerd.sock", EnvVars: []string{"CONTAINERD_ADDRESS"}, Usage: "containerd socket"},
 			&cli.StringFlag{Name: "namespace", Aliases: []string{"n"}, Value: "default", EnvVars: []string{"CONTAINERD_NAMESPACE"}, Usage: "containerd namespace"},
 		},
-		Commands: []*cli.Command{createCmd, importCmd, signCmd, inspectCmd, checkCmd, memoryCmd, lsCmd, rmCmd},
+		Commands: []*cli.Command{createCmd, recoverCmd, importCmd, signCmd, inspectCmd, checkCmd, memoryCmd, lsCmd, rmCmd},
 	}
 	cliapp.Strict(app)
 	return app

@@ -65,6 +65,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ls", "x"}, `unexpected argument "x"`, "oci-checkpoint ls [flags]"},
 		{[]string{"list", "--bogus"}, "flag provided but not defined: --bogus", "oci-checkpoint ls [flags]"},
 		{[]string{"rm"}, "missing IMAGE", "oci-checkpoint rm [flags] IMAGE..."},
+		{[]string{"recover", "--bogus"}, "flag provided but not defined: --bogus", "oci-checkpoint recover [flags] [CONTAINER...]"},
+		{[]string{"recover", "c", "--quiet"}, "--quiet after [CONTAINER...]: flags go before the arguments", "oci-checkpoint recover [flags] [CONTAINER...]"},
 		{[]string{"sign", "img"}, "--key FILE is required", "oci-checkpoint sign [flags] IMAGE"},
 		{[]string{"sign", "--key"}, "flag needs an argument: --key", "oci-checkpoint sign [flags] IMAGE"},
 	} {

@@ -54,12 +54,15 @@ func usageError(cc *cli.Context, err error) *UsageError {
 }
 
 // CheckArgs returns a usage error unless cc's arguments are the ones its
-// command's ArgsUsage names: one for each word, and one or more for a last
-// word ending in "...".
+// command's ArgsUsage names: one for each word, one or more for a last
+// word ending in "...", and any number for a last "[WORD...]".
 func CheckArgs(cc *cli.Context) error {
 	want := strings.Fields(cc.Command.ArgsUsage)
 	n := cc.NArg()
 	some := len(want) > 0 && strings.HasSuffix(want[len(want)-1], "...")
+	if some && strings.HasPrefix(want[len(want)-1], "[") {
+		want = want[:len(want)-1]
+	}
 	switch {
 	case n < len(want):
 		return Usagef(cc, "missing %s", strings.TrimSuffix(strings.Join(want[n:], " "), "..."))

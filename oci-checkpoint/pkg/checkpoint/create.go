@@ -14,6 +14,7 @@ import (
 
 	"github.com/containerd/containerd/v2/client"
 	"github.com/containerd/containerd/v2/core/containers"
+	"github.com/containerd/containerd/v2/core/leases"
 	"github.com/containerd/errdefs"
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/runtime-spec/specs-go"
@@ -98,6 +99,7 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 	if err != nil {
 		return nil, err
 	}
+	defer func() { cr.end(err != nil) }()
 	defer cr.root.Close()
 	if err := cr.run("health", cr.health, "nothing was changed, the engine is left running"); err != nil {
 		return nil, err
@@ -121,29 +123,33 @@ func Create(ctx context.Context, c *client.Client, o Options) (res *Result, err 
 	if err := cr.run("record", cr.record, none); err != nil {
 		return nil, err
 	}
-	cleanup, err := cr.workspace()
-	if err != nil {
-		return nil, cr.interruptedOr("dump", err, none)
-	}
-	defer func() { cleanup(err != nil) }()
+	cr.checkpointedAt = time.Now().UTC()
 	if err := cr.run("dump", cr.dump, none); err != nil {
 		return nil, err
 	}
 	// No check after it: the image is stored (storeImage looks at ctx
 	// last), and a signal from here on comes too late to undo.
-	if err := cr.t.Run("package", cr.pack); err != nil {
+	if err := cr.phase("package", cr.pack); err != nil {
 		return nil, cr.packageFailed(cr.interruptedOr("package", err, none))
 	}
+	cr.mark(func(r *record) { r.Stored = true })
 	cr.quiesced = false // from here the image exists; resume below is not an undo
 	cr.ctx = context.WithoutCancel(cr.ctx)
 	return cr.finish()
+}
+
+// phase runs fn as the phase name, recorded as begun first: a create
+// killed in it is undone from there.
+func (cr *creation) phase(name string, fn func() error) error {
+	cr.mark(func(r *record) { r.Phase = name })
+	return cr.t.Run(name, fn)
 }
 
 // run runs the phase name and then looks for an interruption: one that
 // came while it ran, or cut it short, is the phase's error (what then
 // says what was done about it).
 func (cr *creation) run(name string, fn func() error, then string) error {
-	if err := cr.t.Run(name, fn); err != nil {
+	if err := cr.phase(name, fn); err != nil {
 		return cr.interruptedOr(name, err, then)
 	}
 	return cr.interruptedOr(name, nil, then)
@@ -187,6 +193,10 @@ type creation struct {
 	quiesced bool // a failure from here resumes the engine
 	helperUp bool // the wake helper runs in the container
 
+	rec     *record      // what this create did, for the next if it is killed
+	lease   leases.Lease // rec's claim on the container
+	unsaved error        // the record's last failed save, said once
+
 	host    hostinfo.Host
 	runtime hostinfo.Runtime
 	gpus    []hostinfo.GPU
@@ -196,58 +206,73 @@ type creation struct {
 	res                       *Result
 }
 
-// open checks that the container can be checkpointed and opens its root
-// and its engine; nothing is changed yet.
+// open claims the container (record.go: a create still running refuses
+// it, a killed one's leftovers are undone first), checks that it can be
+// checkpointed and opens its root and its engine; nothing of it is
+// changed yet. On success the caller ends the claim (end).
 func open(ctx context.Context, c *client.Client, o Options) (*creation, error) {
 	name, err := NormalizeName(o.Image)
 	if err != nil {
-		return nil, err
-	}
-	if err := checkOutput(ctx, c.ContentStore(), c.ImageService(), name, o); err != nil {
 		return nil, err
 	}
 	ctr, err := FindContainer(ctx, c, o.Container)
 	if err != nil {
 		return nil, err
 	}
-	info, err := ctr.Info(ctx)
-	if err != nil {
-		return nil, err
-	}
-	task, err := ctr.Task(ctx, nil)
-	if errdefs.IsNotFound(err) {
-		return nil, fmt.Errorf("container %s has no running task: start it first", o.Container)
-	} else if err != nil {
-		return nil, err
-	}
-	st, err := task.Status(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if st.Status != client.Running {
-		return nil, fmt.Errorf("container %s is %s: only a running container can be checkpointed", o.Container, st.Status)
-	}
-	if info.Image == "" {
-		return nil, fmt.Errorf("container %s was not created from an image: a checkpoint image needs one as its base", o.Container)
-	}
 	if _, err := os.Stat(o.WakeBinary); err != nil {
 		return nil, fmt.Errorf("wake helper: %w (build it with 'make build', or pass --wake-binary)", err)
 	}
-	info, diffLower, baseDigest, err := source(ctx, c, info)
-	if err != nil {
+	cr := &creation{ctx: ctx, sig: ctx, c: c, o: o, name: name, ctr: ctr, t: &phase.Timer{Out: o.Progress}}
+	if err := cr.begin(); err != nil {
 		return nil, err
 	}
-	spec, err := ctr.Spec(ctx)
-	if err != nil {
+	if err := cr.check(); err != nil {
+		cr.end(true)
 		return nil, err
+	}
+	return cr, nil
+}
+
+// check is open's look at the container once it is claimed.
+func (cr *creation) check() error {
+	ctx, c, o := cr.ctx, cr.c, cr.o
+	if err := checkOutput(ctx, c.ContentStore(), c.ImageService(), cr.name, o); err != nil {
+		return err
+	}
+	info, err := cr.ctr.Info(ctx)
+	if err != nil {
+		return err
+	}
+	task, err := cr.ctr.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("container %s has no running task: start it first", o.Container)
+	} else if err != nil {
+		return err
+	}
+	st, err := task.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Status != client.Running {
+		return fmt.Errorf("container %s is %s: only a running container can be checkpointed", o.Container, st.Status)
+	}
+	if info.Image == "" {
+		return fmt.Errorf("container %s was not created from an image: a checkpoint image needs one as its base", o.Container)
+	}
+	info, diffLower, baseDigest, err := source(ctx, c, info)
+	if err != nil {
+		return err
+	}
+	spec, err := cr.ctr.Spec(ctx)
+	if err != nil {
+		return err
 	}
 	pid := task.Pid()
 	root, err := inroot.Open(fmt.Sprintf("/proc/%d/root", pid))
 	if err != nil {
-		return nil, err
+		return err
 	}
-	cr := &creation{ctx: ctx, sig: ctx, c: c, o: o, name: name, ctr: ctr, info: info, diffLower: diffLower, baseDigest: baseDigest, task: task, spec: spec, pid: pid, root: root,
-		t: &phase.Timer{Out: o.Progress}}
+	cr.info, cr.diffLower, cr.baseDigest, cr.task, cr.spec, cr.pid, cr.root = info, diffLower, baseDigest, task, spec, pid, root
 	cr.eng = &engine.Client{HTTP: NetnsHTTP(pid), Base: fmt.Sprintf("http://127.0.0.1:%d", o.Engine.Port)}
 	if o.URL != "" {
 		cr.eng = &engine.Client{Base: o.URL}
@@ -256,7 +281,11 @@ func open(ctx context.Context, c *client.Client, o Options) (*creation, error) {
 		_, err := execIn(ctx, task, spec, "rekindle-quiesce-"+randomID(), []string{"/bin/sh", "-c", command}, o.QuiesceTimeout)
 		return err
 	}
-	return cr, nil
+	cr.mark(func(r *record) {
+		r.TaskPid = pid
+		r.TaskStart, _ = procStart(int(pid))
+	})
+	return nil
 }
 
 // finish leaves the container as asked once the image is written:
@@ -264,7 +293,7 @@ func open(ctx context.Context, c *client.Client, o Options) (*creation, error) {
 func (cr *creation) finish() (*Result, error) {
 	switch {
 	case cr.o.LeaveRunning:
-		if err := cr.t.Run("resume", func() error { return resume(cr.ctx, cr.root, cr.eng, cr.o, true, cr.task) }); err != nil {
+		if err := cr.phase("resume", func() error { return resume(cr.ctx, cr.root, cr.eng, cr.o, true, cr.task) }); err != nil {
 			return cr.res, fmt.Errorf("the image %s was written but the engine did not resume: %w", cr.name, err)
 		}
 	case cr.o.StopAtDump:
@@ -273,7 +302,7 @@ func (cr *creation) finish() (*Result, error) {
 			return cr.res, fmt.Errorf("the image %s was written but deleting the stopped task failed: %w", cr.name, err)
 		}
 	default:
-		if err := cr.t.Run("stop", func() error { return stopTask(cr.ctx, cr.task, cr.info.Labels) }); err != nil {
+		if err := cr.phase("stop", func() error { return stopTask(cr.ctx, cr.task, cr.info.Labels) }); err != nil {
 			return cr.res, fmt.Errorf("the image %s was written but stopping the container failed: %w", cr.name, err)
 		}
 	}

@@ -20,45 +20,98 @@ import (
 	"rekindle.local/oci-checkpoint/pkg/progress"
 )
 
-// workspace takes the lease and makes the work directory; cleanup
-// removes the directory and lets the lease go.
-func (cr *creation) workspace() (cleanup func(failed bool), err error) {
-	// The lease keeps what we write from the garbage collector until the
-	// image holds it, and lets it go if we fail.
-	ls := cr.c.LeasesService()
-	l, err := ls.Create(cr.ctx, leases.WithRandomID(), leases.WithExpiration(24*time.Hour))
+// begin makes the work directory and the record in it, and claims the
+// container with the lease that keeps what create writes from the
+// garbage collector until the image holds it. A create still running on
+// the container refuses this one; what killed ones left is undone first.
+func (cr *creation) begin() error {
+	me, err := self()
 	if err != nil {
-		return nil, err
+		return fmt.Errorf("read this process's start time: %w", err)
 	}
-	ctx := leases.WithLease(cr.ctx, l.ID)
-	cr.ctx = ctx
-	release := func(failed bool) {
-		var opts []leases.DeleteOpt
-		if failed {
-			// What a failed or interrupted checkpoint wrote goes now, not
-			// at some later collection.
-			opts = append(opts, leases.SynchronousDelete)
-		}
-		ls.Delete(context.WithoutCancel(ctx), l, opts...)
-	}
-	work, err := os.MkdirTemp(cr.o.WorkDir, "oci-checkpoint-")
+	work, err := os.MkdirTemp(cr.o.WorkDir, workPrefix)
 	if err != nil {
-		release(true)
-		return nil, fmt.Errorf("work directory: %w (pass --work-dir on a filesystem with room for the checkpoint)", err)
+		return fmt.Errorf("work directory: %w (pass --work-dir on a filesystem with room for the checkpoint)", err)
 	}
-	cleanup = func(failed bool) {
+	if work, err = filepath.Abs(work); err != nil {
 		os.RemoveAll(work)
-		release(failed)
+		return err
 	}
 	cr.work = work
 	cr.archiveDir = filepath.Join(work, "archive")
 	cr.criuDir = filepath.Join(cr.archiveDir, crmetadata.CheckpointDirectory)
 	if err := os.MkdirAll(cr.criuDir, 0o700); err != nil {
-		cleanup(true)
-		return nil, err
+		os.RemoveAll(work)
+		return fmt.Errorf("work directory: %w", err)
 	}
-	cr.checkpointedAt = time.Now().UTC()
-	return cleanup, nil
+	finish := finishStop
+	switch {
+	case cr.o.LeaveRunning:
+		finish = finishLeaveRunning
+	case cr.o.StopAtDump:
+		finish = finishStopAtDump
+	}
+	cr.rec = &record{owner: me, Command: "create", Lease: leasePrefix + randomID(), Container: cr.ctr.ID(), Started: time.Now().UTC(), Work: work,
+		Image: cr.name, OCIArchive: cr.o.OCIArchive, Finish: finish}
+	cr.fillEngine(cr.rec)
+	if err := cr.rec.save(); err != nil {
+		os.RemoveAll(work)
+		return err
+	}
+	mine, dead, err := takeClaim(cr.ctx, cr.c, cr.rec, cr.o.Container)
+	if err != nil {
+		os.RemoveAll(work)
+		if errors.Is(err, errBusy) {
+			return fmt.Errorf("%w; nothing was changed", err)
+		}
+		return err
+	}
+	cr.lease = mine
+	cr.ctx = leases.WithLease(cr.ctx, mine.ID)
+	for _, r := range undoDead(cr.sig, cr.c, dead, cr.o.Progress) {
+		if r.Err != nil {
+			cr.end(true)
+			return r.Err
+		}
+	}
+	return nil
+}
+
+// fillEngine copies how to resume the engine into r: the preflight may
+// change the resume calls.
+func (cr *creation) fillEngine(r *record) {
+	r.Engine, r.Port, r.URL = cr.o.Engine.Name, cr.o.Engine.Port, cr.o.URL
+	r.Resume, r.WakeDeadline = cr.o.Engine.Resume, cr.o.WakeDeadline
+}
+
+// mark changes the record and saves it. A record that cannot be saved (a
+// full disk) does not fail the checkpoint, whose own writes say more; it
+// is said once, since a create killed from then on is undone as the
+// record last said.
+func (cr *creation) mark(change func(*record)) {
+	if cr.rec == nil {
+		return
+	}
+	change(cr.rec)
+	cr.fillEngine(cr.rec)
+	if err := cr.rec.save(); err != nil && cr.unsaved == nil {
+		cr.unsaved = err
+		if cr.o.Progress != nil {
+			fmt.Fprintf(cr.o.Progress, "    warning: %v (if this create is killed, the next undoes it from an older record)\n", err)
+		}
+	}
+}
+
+// end removes the work directory and lets the claim go; what a failed or
+// interrupted checkpoint wrote goes with it now, not at some later
+// collection.
+func (cr *creation) end(failed bool) {
+	os.RemoveAll(cr.work)
+	var opts []leases.DeleteOpt
+	if failed {
+		opts = append(opts, leases.SynchronousDelete)
+	}
+	cr.c.LeasesService().Delete(context.WithoutCancel(cr.ctx), cr.lease, opts...)
 }
 
 // dump has CRIU write the container's processes into the work directory.

@@ -23,8 +23,10 @@ import (
 
 // injectHelper copies rekindle-wake into the container and starts it
 // detached. Files from an earlier checkpoint of the same container (a
-// restored one) go first, so the new helper does not wake at once.
-func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec *specs.Spec, o Options) error {
+// restored one) go first, so the new helper does not wake at once. wrote
+// gets the helper file's identity before it is started: the process
+// running that file is the helper, whatever the container says.
+func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec *specs.Spec, o Options, wrote func(fileID)) error {
 	for _, f := range []string{wake.WakeFile, wake.StatusFile, wake.PidFile} {
 		if err := root.Remove(f); err != nil {
 			return err
@@ -39,6 +41,11 @@ func injectHelper(ctx context.Context, root *inroot.Root, task client.Task, spec
 		return err
 	}
 	defer held.Close()
+	var st unix.Stat_t
+	if err := unix.Fstat(int(held.Fd()), &st); err != nil {
+		return err
+	}
+	wrote(fileID{Dev: st.Dev, Ino: st.Ino})
 	// The helper runs as the container's user and writes its pid and
 	// status beside itself; the folder belongs to that user as the host
 	// sees it (through the user namespace's maps, where there is one).

@@ -62,6 +62,7 @@ func (cr *creation) quiesce() error {
 			cr.quiesced = i > 0
 			return context.Cause(cr.sig)
 		}
+		cr.mark(func(r *record) { r.QuiesceSent = i + 1 })
 		if err := cr.eng.Do(ctx, call); err != nil {
 			cr.quiesced = cr.sig.Err() != nil // a failure of its own leaves it as it was
 			return fmt.Errorf("quiesce: %w; the engine is left running", err)
@@ -72,7 +73,8 @@ func (cr *creation) quiesce() error {
 }
 
 func (cr *creation) injectHelper() error {
-	if err := injectHelper(cr.hold(), cr.root, cr.task, cr.spec, cr.o); err != nil {
+	wrote := func(id fileID) { cr.mark(func(r *record) { r.Helper = &id }) }
+	if err := injectHelper(cr.hold(), cr.root, cr.task, cr.spec, cr.o, wrote); err != nil {
 		return err
 	}
 	cr.helperUp = true
