@@ -7,7 +7,7 @@
 # and the same image answers the same. Prints one line per case and exits
 # non-zero if any failed.
 #
-#   CHAOS_TARGETS  what to kill in restores (criu runc shim containerd nerdctl)
+#   CHAOS_TARGETS  what to kill in restores (criu runc shim containerd nerdctl; "" for none)
 #   CHAOS_PHASES   when (task-create criu-started memory-fill criu-done)
 #   CHAOS_CREATE_PHASES  create's phases to kill it at ("" for none)
 #   CHAOS_CASES    N: instead of the full matrix, N random restore cases
@@ -20,7 +20,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 need_root
 cd "$root"
 
-targets=${CHAOS_TARGETS:-criu runc shim containerd nerdctl}
+targets=${CHAOS_TARGETS-criu runc shim containerd nerdctl}
 phases=${CHAOS_PHASES:-task-create criu-started memory-fill criu-done}
 create_phases=${CHAOS_CREATE_PHASES-health preflight quiesce inject-helper record dump package stop}
 
