@@ -435,6 +435,13 @@ json_doc() {
 	run_nerdctl rmi "$image"
 }
 
+# gc_removed LAYER: cache-gc --max-size 0 leaves of LAYER's entry only
+# the data view of the image's unpacked snapshot, which stays with the image.
+gc_removed() {
+	"$REKINDLE_ROOT/systemd/rekindle-cache-gc.sh" --address "$CONTAINERD_ADDRESS" -n default --max-size 0 >/dev/null &&
+		! "$BIN/ctr" --address "$CONTAINERD_ADDRESS" -n default snapshots ls | grep "^checkpoint-cache/$1/" | grep -qv "^checkpoint-cache/$1/data-view "
+}
+
 # decodes: how many times the runc shim has decoded compressed pages images.
 decodes() {
 	grep -c "decoded [0-9]* compressed pages images" "$RK_DIR/containerd.log" || true
@@ -481,6 +488,13 @@ decodes() {
 		die "no decoded copy in the cache"
 	! "$BIN/ctr" --address "$CONTAINERD_ADDRESS" -n default snapshots ls | grep -q "^checkpoint-restore/.*/decoded " ||
 		die "a restore's hold of the decoded copy is left"
+	# The cache GC takes the copy with the rest of the entry (once the
+	# removed containers' snapshots are collected).
+	wait_for "cache-gc to remove the entry, its decoded copy with it" 30 gc_removed "$layer"
+	port=$(free_port)
+	restored pc4 "$port" "$image" "restore after cache-gc"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after cache-gc"
+	run_nerdctl rm -f pc4
 	run_nerdctl rmi "$image"
 }
 
