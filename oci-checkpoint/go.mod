@@ -24,10 +24,12 @@ require (
 	golang.org/x/sync v0.23.0
 	golang.org/x/sys v0.49.0
 	google.golang.org/protobuf v1.36.12
+	rekindle.local/restore v0.0.0
 	tags.cncf.io/container-device-interface v1.1.0
 	tags.cncf.io/container-device-interface/specs-go v1.1.0
-	rekindle.local/restore v0.0.0
 )
+
+require github.com/docker/go-units v0.5.0 // indirect
 
 require (
 	github.com/Microsoft/go-winio v0.6.3-0.20251027160822-ad3df93bed29 // indirect

@@ -6,6 +6,8 @@
 #   checkpoint-cache/<layer digest>/data            the extracted checkpoint layer
 #   checkpoint-cache/<layer digest>/data-view       a view of it, read by CRIU
 #   checkpoint-cache/<layer digest>/rootfs/<chain>  base image + rootfs diff
+#   checkpoint-cache/<layer digest>/decoded(-view)  the CRIU images with compressed
+#                                                   pages images decoded, if any
 # One checkpoint layer's snapshots form one entry. An entry is only derived
 # data: removing it keeps the checkpoint image, whose next restore extracts it
 # again. Entries go anyway when their image is removed (containerd's GC follows
@@ -306,7 +308,7 @@ remove_entry() {
 				continue
 			fi
 			# The last look before a part goes that a restore may read.
-			if [[ $key == */data-view || $key == */data ]]; then
+			if [[ $key == */data-view || $key == */data || $key == */decoded-view || $key == */decoded ]]; then
 				list_snapshots "$ns"
 				if [ -n "${busy[$layer]:-}" ]; then
 					why="${busy[$layer]}"

@@ -28,6 +28,7 @@ import (
 //	checkpoint-cache/<layer digest>/data            the extracted layer
 //	checkpoint-cache/<layer digest>/data-view       a view of it, whose directory CRIU reads
 //	checkpoint-cache/<layer digest>/rootfs/<chain>  base image <chain> + rootfs diff
+//	checkpoint-cache/<layer digest>/decoded(-view)  the CRIU images, compressed pages decoded (decoded.go)
 //
 // An entry is built in an active snapshot with a random key and published by
 // Commit, which is atomic: a restore trusts only committed names, so an
@@ -111,21 +112,27 @@ type inFlight struct {
 	n  map[digest.Digest]int
 }
 
-func (f *inFlight) add(layer digest.Digest, d int) {
+// add changes layer's count by d and returns the new count.
+func (f *inFlight) add(layer digest.Digest, d int) int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.n == nil {
 		f.n = map[digest.Digest]int{}
 	}
-	if f.n[layer] += d; f.n[layer] <= 0 {
+	f.n[layer] += d
+	n := f.n[layer]
+	if n <= 0 {
 		delete(f.n, layer)
 	}
+	return n
 }
 
 // Done ends a restore that Prepare returned, whether the runtime restored
 // the container or not.
 func (r *Restorer) Done(layer digest.Digest) {
-	r.inFlight.add(layer, -1)
+	if r.inFlight.add(layer, -1) == 0 {
+		r.startDecode(layer)
+	}
 }
 
 // Forget drops the cache entry of checkpoint layer from snapshotter snName
@@ -141,6 +148,8 @@ func (r *Restorer) Forget(ctx context.Context, snName string, layer digest.Diges
 	if sn == nil {
 		return fmt.Errorf("snapshotter %q of the checkpoint cache: %w", snName, errdefs.ErrNotFound)
 	}
+	// What failed is no source for a decoded copy.
+	r.cancelDecode(layer)
 	r.inFlight.mu.Lock()
 	defer r.inFlight.mu.Unlock()
 	if n := r.inFlight.n[layer]; n > 0 {
@@ -162,6 +171,10 @@ func (r *Restorer) Forget(ctx context.Context, snName string, layer digest.Diges
 			names = append(names, info.Name)
 		}
 		if data != "" && info.Parent == data && isHold(info.Name) {
+			held++
+		}
+		// A restore reading the decoded copy (decoded.go) holds it.
+		if info.Parent == prefix+decodedSuffix[1:] && strings.HasPrefix(info.Name, restoreKeyPrefix) {
 			held++
 		}
 		return nil

@@ -68,6 +68,8 @@ type Restorer struct {
 	// inFlight counts the restores of each checkpoint layer between
 	// Prepare and Done, so that Forget never removes files one reads.
 	inFlight inFlight
+	// decodes are the decoded copies of entries to make (decoded.go).
+	decodes decodes
 }
 
 // Restore holds what the runtime needs to restore a container.
@@ -220,6 +222,7 @@ func (r *Restorer) prepare(ctx context.Context, c containers.Container, failure 
 	if len(reasons) > 0 {
 		return r.cold(ctx, sn, c, current, res, base.Name, chainID, failedAt, reasons)
 	}
+	res.ImagePath = r.decodedImages(ctx, sn, c.Snapshotter, ci, c.ID, res.ImagePath)
 	if res.Rootfs, err = r.rootfs(ctx, sn, c.Snapshotter, c, ci, chainID, dataDir); err != nil {
 		return nil, fmt.Errorf("root filesystem of checkpoint image %s: %w", ci.Name, err)
 	}
@@ -392,6 +395,9 @@ func (r *Restorer) ReleaseCheckpointDir(ctx context.Context, snName, id string) 
 	}
 	key := restoreKeyPrefix + id + "/checkpoint"
 	if err := r.unmountInPlace(ctx, key); err != nil {
+		return err
+	}
+	if err := removeIfExists(ctx, sn, decodedHoldKey(id)); err != nil {
 		return err
 	}
 	return removeIfExists(ctx, sn, key)

@@ -114,17 +114,35 @@ func memAvailable() int64 {
 	return -1
 }
 
+// DecodePages writes the CRIU images of dir into target, an empty
+// directory, as the restore reads them: the compressed pages images
+// decoded by at most decoders goroutines. It returns the bytes they take
+// decoded. The checkpoint cache keeps such a copy of an entry that
+// restores often (restore/checkpointimage, decoded.go); room refuses,
+// before anything is written, more than its file system can take.
+func DecodePages(ctx context.Context, dir, target string, decoders int, room func(int64) error) (int64, error) {
+	images, others, total, err := planExpand(dir)
+	if err != nil {
+		return 0, err
+	}
+	if err := room(total); err != nil {
+		return 0, err
+	}
+	return total, expandPagesInto(ctx, dir, target, images, others, max(decoders, 1))
+}
+
 // expandPagesInto writes the CRIU images of dir into target, an empty
-// directory: the others copied, the compressed pages images decoded.
-func expandPagesInto(ctx context.Context, dir, target string, images []compressedImage, others []string) error {
+// directory: the others copied, the compressed pages images decoded by at
+// most decoders goroutines.
+func expandPagesInto(ctx context.Context, dir, target string, images []compressedImage, others []string, decoders int) error {
 	// The shim runs on GOMAXPROCS 4 (its manager) or 2 (pkg/shim), which
 	// would hold the decoders to as many cores: take the host's while
 	// decoding.
-	if procs, prev := min(runtime.NumCPU(), pagesDecoders), runtime.GOMAXPROCS(0); prev < procs {
+	if procs, prev := decoders, runtime.GOMAXPROCS(0); prev < procs {
 		runtime.GOMAXPROCS(procs)
 		defer runtime.GOMAXPROCS(prev)
 	}
-	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(min(runtime.GOMAXPROCS(0), pagesDecoders)),
+	dec, err := zstd.NewReader(nil, zstd.WithDecoderConcurrency(decoders),
 		zstd.WithDecodeAllCapLimit(true), zstd.WithDecoderMaxMemory(zpages.FrameMax))
 	if err != nil {
 		return err
@@ -168,7 +186,7 @@ func expandPagesInto(ctx context.Context, dir, target string, images []compresse
 				fail(err)
 				return
 			}
-			if err := decodeImage(dec, filepath.Join(dir, img.name), filepath.Join(target, strings.TrimSuffix(img.name, zpages.Suffix)), img); err != nil {
+			if err := decodeImage(dec, filepath.Join(dir, img.name), filepath.Join(target, strings.TrimSuffix(img.name, zpages.Suffix)), img, decoders); err != nil {
 				fail(fmt.Errorf("%s: %w", img.name, err))
 			}
 		}()
@@ -197,7 +215,7 @@ func copyImage(src, dst string) error {
 // decodeImage decodes the frames of img, the file src, into dst at their
 // places, several at once: each worker reads a frame and decodes it
 // straight into a shared mapping of dst.
-func decodeImage(dec *zstd.Decoder, src, dst string, img compressedImage) error {
+func decodeImage(dec *zstd.Decoder, src, dst string, img compressedImage, decoders int) error {
 	in, err := os.Open(src)
 	if err != nil {
 		return err
@@ -227,7 +245,7 @@ func decodeImage(dec *zstd.Decoder, src, dst string, img compressedImage) error 
 		firstErr error
 	)
 	fail := func(err error) { once.Do(func() { firstErr = err }) }
-	for range min(runtime.GOMAXPROCS(0), pagesDecoders, len(img.frames)) {
+	for range min(decoders, len(img.frames)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -45,7 +45,7 @@ func ExpandPages(ctx context.Context, dir, target string, limits Limits) (_ stri
 		return "", noop, err
 	}
 	undo = func() { unix.Close(fd) }
-	if err := expandPagesInto(ctx, dir, fmt.Sprintf("/proc/self/fd/%d", fd), images, others); err != nil {
+	if err := expandPagesInto(ctx, dir, fmt.Sprintf("/proc/self/fd/%d", fd), images, others, min(runtime.NumCPU(), pagesDecoders)); err != nil {
 		undo()
 		return "", noop, err
 	}

@@ -76,7 +76,7 @@ func expandTo(t *testing.T, dir string) (string, error) {
 	if err != nil {
 		return target, err
 	}
-	return target, expandPagesInto(context.Background(), dir, target, images, others)
+	return target, expandPagesInto(context.Background(), dir, target, images, others, 4)
 }
 
 func TestExpandPagesDecodesEachImage(t *testing.T) {
@@ -199,7 +199,7 @@ func TestExpandPagesFaultIsAnError(t *testing.T) {
 	dec, err := zstd.NewReader(nil, zstd.WithDecodeAllCapLimit(true))
 	require.NoError(t, err)
 	defer dec.Close()
-	err = decodeImage(dec, src, fmt.Sprintf("/proc/self/fd/%d/pages-1.img", fd), compressedImage{"pages-1.img.zst", frames, content})
+	err = decodeImage(dec, src, fmt.Sprintf("/proc/self/fd/%d/pages-1.img", fd), compressedImage{"pages-1.img.zst", frames, content}, 4)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "faulted")
 }
@@ -223,7 +223,7 @@ func BenchmarkExpandPages(b *testing.B) {
 	for range b.N {
 		fd, err := privateTmpfs(filepath.Join(b.TempDir(), "criu-pages"), room+(1<<20), 16)
 		require.NoError(b, err)
-		require.NoError(b, expandPagesInto(context.Background(), dir, fmt.Sprintf("/proc/self/fd/%d", fd), images, others))
+		require.NoError(b, expandPagesInto(context.Background(), dir, fmt.Sprintf("/proc/self/fd/%d", fd), images, others, 4))
 		unix.Close(fd)
 	}
 }

@@ -441,6 +441,69 @@ json_doc() {
 	run_nerdctl rmi "$image"
 }
 
+# gc_removed LAYER: cache-gc --max-size 0 leaves of LAYER's entry only
+# the data view of the image's unpacked snapshot, which stays with the image.
+gc_removed() {
+	"$REKINDLE_ROOT/systemd/rekindle-cache-gc.sh" --address "$CONTAINERD_ADDRESS" -n default --max-size 0 >/dev/null &&
+		! "$BIN/ctr" --address "$CONTAINERD_ADDRESS" -n default snapshots ls | grep "^checkpoint-cache/$1/" | grep -qv "^checkpoint-cache/$1/data-view "
+}
+
+# decodes: how many times the runc shim has decoded compressed pages images.
+decodes() {
+	grep -c "decoded [0-9]* compressed pages images" "$RK_DIR/containerd.log" || true
+}
+
+@test "--compression pages: once restored, the cache keeps the pages decoded; a restore reads them while in the page cache, else decodes the compressed ones" {
+	local port image=rekindle.local/ckpt:pages-decoded before n layer
+	port=$(free_port)
+	start_engine pcsrc "$port" -e ENGINE_STATE_MB=32
+	before=$(engine POST "$port" /generate "$PROMPT" | jq -r .text)
+	answered "before the checkpoint" "$before"
+	ocicp create --quiet --compression pages pcsrc "$image"
+	run_nerdctl rm -f pcsrc
+	layer=$(jq -r '.layers[0].digest' <<<"$(manifest_of "$image")")
+
+	n=$(decodes)
+	port=$(free_port)
+	restored pc1 "$port" "$image" "first restore"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output of the first restore"
+	[ "$(decodes)" -gt "$n" ] || die "the first restore did not decode the compressed pages"
+	run_nerdctl rm -f pc1
+	wait_for "the cache's decoded copy of the pages" 60 logged "decoded the pages images of checkpoint layer $layer, [0-9]* MiB, in [0-9.]*s, for its next restores"
+
+	n=$(decodes)
+	port=$(free_port)
+	restored pc2 "$port" "$image" "restore from the decoded copy"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output of a restore from the decoded copy"
+	logged "restoring from the decoded pages images of checkpoint layer $layer"
+	is "$(decodes)" "$n" "decodes by the shim for a restore from the decoded copy"
+	run_nerdctl rm -f pc2
+
+	# Out of the page cache, the copy is more bytes to read than the
+	# compressed images: those are read and decoded.
+	sync
+	echo 1 >/proc/sys/vm/drop_caches
+	n=$(decodes)
+	port=$(free_port)
+	restored pc3 "$port" "$image" "restore after the page cache was dropped"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after the page cache was dropped"
+	logged "of the decoded pages images of checkpoint layer $layer are in the page cache: restoring from the compressed ones"
+	[ "$(decodes)" -gt "$n" ] || die "the restore after the page cache was dropped did not decode"
+	run_nerdctl rm -f pc3
+	"$BIN/ctr" --address "$CONTAINERD_ADDRESS" -n default snapshots ls | grep -q "^checkpoint-cache/$layer/decoded " ||
+		die "no decoded copy in the cache"
+	! "$BIN/ctr" --address "$CONTAINERD_ADDRESS" -n default snapshots ls | grep -q "^checkpoint-restore/.*/decoded " ||
+		die "a restore's hold of the decoded copy is left"
+	# The cache GC takes the copy with the rest of the entry (once the
+	# removed containers' snapshots are collected).
+	wait_for "cache-gc to remove the entry, its decoded copy with it" 30 gc_removed "$layer"
+	port=$(free_port)
+	restored pc4 "$port" "$image" "restore after cache-gc"
+	is "$(engine POST "$port" /generate "$PROMPT" | jq -r .text)" "$before" "greedy output after cache-gc"
+	run_nerdctl rm -f pc4
+	run_nerdctl rmi "$image"
+}
+
 @test "a full disk during the dump names ENOSPC and the path; the engine keeps serving" {
 	local port image=rekindle.local/ckpt:full-dump work=$BATS_TEST_TMPDIR/small
 	port=$(free_port)
