@@ -176,6 +176,11 @@ kraken_run() {
 fleet_herd_up() {
 	local dir=$1 h=$1/herd reg ip
 	reg=$(fleet_registry "$dir") ip=$(fleet_ip "$dir" herd)
+	# FLEET_ORIGIN_EGRESS (bits/s) limits what Kraken's origin seeds to
+	# agents, so that agents take pieces from each other (the tests).
+	local origin_conn="conn: {bandwidth: {enable: false}}"
+	[ -z "${FLEET_ORIGIN_EGRESS:-}" ] ||
+		origin_conn="conn: {bandwidth: {enable: true, egress_bits_per_sec: $FLEET_ORIGIN_EGRESS, ingress_bits_per_sec: 8000000000}}"
 	for t in agent origin tracker build-index; do
 		[ -x "$KRAKEN_BIN/$t" ] || die "$KRAKEN_BIN/$t is missing: run 'make kraken' first"
 	done
@@ -208,7 +213,9 @@ fleet_herd_up() {
 			hashring: {max_replica: 1}
 			metainfogen: {piece_lengths: {0: 4MB}}
 			peer_id_factory: addr_hash
-			scheduler: {torrentlog: {disable: true}}
+			scheduler:
+			  torrentlog: {disable: true}
+			  $origin_conn
 			localdb: {source: $h/origin.db}
 			castore: {upload_dir: $h/origin/upload/, cache_dir: $h/origin/cache/}
 			blobserver:
@@ -318,6 +325,17 @@ fleet_nerdctl() {
 	local dir=$1 i=$2
 	shift 2
 	fleet_in "$dir" "n$i" "$root/scripts/nerdctl.sh" "$dir/n$i" --hosts-dir "$dir/n$i/certs.d" "$@"
+}
+
+# fleet_stop DIR NAME: stop the process DIR/made lists as NAME (n1/agent,
+# herd/origin, ...) and its children.
+fleet_stop() {
+	local pgid
+	pgid=$(awk -v n="$2" '$1 == "pgid" && $3 == n {print $2}' "$1/made" | tail -1)
+	[ -n "$pgid" ] || die "fleet_stop: no $2 in $1/made"
+	kill -TERM -- "-$pgid" 2>/dev/null || return 0
+	for _ in $(seq 30); do kill -0 -- "-$pgid" 2>/dev/null || return 0; sleep 0.1; done
+	kill -KILL -- "-$pgid" 2>/dev/null || true
 }
 
 # fleet_down DIR: stop and remove what DIR/made lists, newest first; never
