@@ -9,7 +9,10 @@ PIN_kraken = $(KRAKEN_VERSION) $(KRAKEN_SUM)
 
 # sqlite3 (the origin's and build-index's local database) needs cgo; its C
 # compiler warnings are sqlite's own and are dropped.
-$(KRAKEN_BIN)/agent: $(PINS)/kraken scripts/apply-patches.sh $(call series,kraken-patches) | $(BUILDDIR)/.deps
+# The top Makefile defines its series function after including this file.
+KRAKEN_PATCHES := kraken-patches/series $(wildcard kraken-patches/*.patch)
+
+$(KRAKEN_BIN)/agent: $(PINS)/kraken scripts/apply-patches.sh $(KRAKEN_PATCHES) | $(BUILDDIR)/.deps
 	scripts/fetch-module.sh $(KRAKEN_MODULE) $(KRAKEN_VERSION) $(KRAKEN_SUM) $(SRC)/kraken
 	scripts/apply-patches.sh kraken-patches $(SRC)/kraken $(KRAKEN_MODULE)
 	@mkdir -p $(KRAKEN_BIN)

@@ -270,6 +270,9 @@ fleet_agent_up() {
 			scheduler:
 			  torrentlog: {disable: true}
 			  dispatch: {piece_request_policy: rarest_first}
+			  # The origin has most blobs in a second or two: ask again soon
+			  # (kraken-patches/0002; Kraken's own 1 s, 1.3 s... cost seconds a pull).
+			  metainfoclient: {poll_initial_interval: 100ms, poll_max_interval: 1s}
 			store: {download_dir: $a/download/, cache_dir: $a/cache/}
 			registry:
 			  docker:
