@@ -21,7 +21,7 @@
 
 FLEET_RATE=${FLEET_RATE:-200mbit}
 FLEET_AGENT_PORT=16000
-KRAKEN_BIN=${KRAKEN_BIN:-$root/build/bin/kraken}
+KRAKEN_BIN=${KRAKEN_BIN:-${REKINDLE_BIN:-$root/build/bin}/kraken}
 
 # fleet_ids DIR: set F_ID (4 hex digits), F_NET (10.231.S) and F_BR.
 fleet_ids() {
