@@ -16,7 +16,7 @@ def main(path):
     one = {r["mode"]: max(x["seconds"] for x in r["nodes"]) for r in res["runs"]
            if r["n"] == 1 and all("seconds" in x for x in r["nodes"])}
     print(f"origin registry egress {res['rate']}; it holds {image / 1e6:.1f} MB (base image and checkpoint)")
-    print(f"{'pull':<7} {'N':>2}  {'each node to its first answer (s)':<40} {'slowest':>8} {'vs N=1':>7}  "
+    print(f"{'pull':<16} {'N':>2}  {'each node to its first answer (s)':<40} {'slowest':>8} {'vs N=1':>7}  "
           f"{'origin MB':>9} {'x image':>7} {'max sends/blob':>14}")
     for r in res["runs"]:
         errs = [x for x in r["nodes"] if "seconds" not in x]
@@ -28,8 +28,9 @@ def main(path):
         slowest = max(secs) if secs else float("nan")
         ratio = slowest / one[r["mode"]] if r["mode"] in one and secs else float("nan")
         sends = max(r["blob_fetches"].values()) if r["blob_fetches"] else 0
-        print(f"{r['mode']:<7} {r['n']:>2}  {each:<40} {slowest:>8.1f} {ratio:>6.2f}x  "
-              f"{r['origin_bytes'] / 1e6:>9.1f} {r['origin_bytes'] / image:>6.2f}x {sends:>14}")
+        print(f"{r['mode']:<16} {r['n']:>2}  {each:<40} {slowest:>8.1f} {ratio:>6.2f}x  "
+              f"{r['origin_bytes'] / 1e6:>9.1f} {r['origin_bytes'] / image:>6.2f}x {sends:>14}"
+              + (f"  (preheat {r['preheat_s']:.1f} s before)" if r.get("preheat_s") is not None else ""))
         for x in errs:
             print(f"        node {x['node']} failed: {x['error']}")
 

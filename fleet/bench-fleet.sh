@@ -4,7 +4,9 @@
 # FLEET_RATE (tc), holds the CPU reference engine and a checkpoint of it,
 # pushed once. For each N in FLEET_N (1 2 4) and each way of pulling
 # (FLEET_MODES: direct, from the origin registry; kraken, through Kraken's
-# agent on each node as containerd's mirror), a fresh fleet (fleet/fleet.sh)
+# agent on each node as containerd's mirror; kraken-preheated, the same with
+# Kraken's origin made to fetch both images first, as a push through Kraken
+# would: its time is reported apart), a fresh fleet (fleet/fleet.sh)
 # has every node pull the engine's base image and nerdctl run the checkpoint
 # at the same moment; each node's time is from that moment to the restored
 # engine's first answer, which must be the answer the engine gave before the
@@ -22,7 +24,7 @@ export REKINDLE_BIN=$bin
 images=${REKINDLE_IMAGES:-$root/build/images}
 dir=$(realpath -m "${FLEET_DIR:-/tmp/rk-fleet-bench}")
 ns=${FLEET_N:-1 2 4}
-modes=${FLEET_MODES:-direct kraken}
+modes=${FLEET_MODES:-direct kraken kraken-preheated}
 timeout=${FLEET_TIMEOUT:-300}
 prompt='{"text": "the quick brown fox", "max_new_tokens": 16}'
 for t in nerdctl oci-checkpoint containerd; do
@@ -89,7 +91,13 @@ one_run() {
 	local mode=$1 n=$2 run=$dir i t0 fails=0 pids=()
 	rm -rf "$dir"/n* "$dir/herd"
 	: >"$dir/registry/access.log"
-	fleet_up "$dir" "$n" "$mode"
+	local preheat_s=null t
+	fleet_up "$dir" "$n" "${mode%-*}"
+	if [ "$mode" = kraken-preheated ]; then
+		t=$EPOCHREALTIME
+		fleet_preheat "$dir" "$base" "$ckpt"
+		preheat_s=$(python3 -c "print(round($EPOCHREALTIME - $t, 2))")
+	fi
 	sync
 	echo 3 >/proc/sys/vm/drop_caches 2>/dev/null || true
 	t0=$EPOCHREALTIME
@@ -101,9 +109,9 @@ one_run() {
 	local said served
 	said=$(cat "$dir/said")
 	served=$(fleet_served "$dir")
-	python3 - "$mode" "$n" "$t0" "$served" "$said" "$dir" "$(fleet_blob_counts "$dir")" <<-'PY'
+	python3 - "$mode" "$n" "$t0" "$served" "$said" "$dir" "$(fleet_blob_counts "$dir")" "$preheat_s" <<-'PY'
 		import json, sys
-		mode, n, t0, served, said, d, counts = sys.argv[1:]
+		mode, n, t0, served, said, d, counts, preheat = sys.argv[1:]
 		n, t0, served = int(n), float(t0), int(served)
 		nodes = []
 		for i in range(1, n + 1):
@@ -115,7 +123,7 @@ one_run() {
 		    nodes.append({"node": i, "seconds": round(r["t_answer"] - t0, 2), "pull_s": round(r["pull_s"], 2),
 		                  "same_answer": same})
 		print(json.dumps({"mode": mode, "n": n, "nodes": nodes, "origin_bytes": served,
-		                  "blob_fetches": json.loads(counts)}))
+		                  "blob_fetches": json.loads(counts), "preheat_s": json.loads(preheat)}))
 	PY
 	fleet_down "$dir"
 }

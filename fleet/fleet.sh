@@ -256,6 +256,41 @@ fleet_herd_up() {
 	fleet_wait_port "$dir" herd "$ip" 15004 "Kraken's build-index"
 }
 
+# fleet_preheat DIR REF...: have Kraken's origin fetch every blob of each
+# image REF (its manifest, config and layers) from the origin registry now,
+# as a push through Kraken would, so that no node waits for it: Kraken's
+# origin starts the fetch at the first metainfo request and answers 202
+# until it has the blob.
+fleet_preheat() {
+	local dir=$1 ref repo tag reg d url pending=() left i
+	shift
+	reg=$(fleet_registry "$dir")
+	for ref in "$@"; do
+		repo=${ref#*/} tag=${ref##*:}
+		repo=${repo%:*}
+		local accept="application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json"
+		d=$(curl -fsS -I -H "Accept: $accept" "http://$reg/v2/$repo/manifests/$tag" |
+			awk 'tolower($1) == "docker-content-digest:" {print $2}' | tr -d '\r')
+		[ -n "$d" ] || die "the origin registry has no manifest for $ref"
+		pending+=("$repo $d")
+		for d in $(curl -fsS -H "Accept: $accept" "http://$reg/v2/$repo/manifests/$tag" | jq -r '.config.digest, .layers[].digest'); do
+			pending+=("$repo $d")
+		done
+	done
+	for ((i = 0; i < 600; i++)); do
+		left=()
+		for d in "${pending[@]}"; do
+			set -- $d
+			url="http://$(fleet_ip "$dir" herd):15002/internal/namespace/${1//\//%2F}/blobs/$2/metainfo"
+			[ "$(curl -sS -o /dev/null -w '%{http_code}' "$url")" = 200 ] || left+=("$d")
+		done
+		[ ${#left[@]} -gt 0 ] || return 0
+		pending=("${left[@]}")
+		sleep 0.1
+	done
+	die "Kraken's origin did not have ${pending[*]} within 60 s: see $dir/herd/origin.log"
+}
+
 # fleet_agent_up DIR I: node I's Kraken agent, its registry API on
 # 127.0.0.1:16000 in the node.
 fleet_agent_up() {
