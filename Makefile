@@ -209,7 +209,7 @@ test-ansible: ## the containerd role's drop-in against its key list, the kubelet
 	cd ansible/roles/kubelet && python3 -B -m unittest test_kubelet
 UNIT_TESTS += test-ansible
 
-test: build kubernetes ## build, then run every test (CPU; GPU tests skip without a GPU)
+test: build kubernetes kraken ## build, then run every test (CPU; GPU tests skip without a GPU)
 	REKINDLE_UNIT_TESTS="$(UNIT_TESTS)" tests/run.sh
 
 # The hostile-image fuzzer (tests/fuzz/fuzz-images.py), longer than 475's
