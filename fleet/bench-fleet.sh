@@ -2,7 +2,7 @@
 # bench-fleet.sh: N nodes restore one checkpoint image at once (make
 # bench-fleet, docs/fleet.md). One origin registry, its egress limited to
 # FLEET_RATE (tc), holds the CPU reference engine and a checkpoint of it,
-# pushed once. For each N in FLEET_N (1 2 4) and each way of pulling
+# pushed once. For each N in FLEET_N (1 2 4 8) and each way of pulling
 # (FLEET_MODES: direct, from the origin registry; kraken, through Kraken's
 # agent on each node as containerd's mirror; kraken-preheated, the same with
 # Kraken's origin made to fetch both images first, as a push through Kraken
@@ -23,7 +23,7 @@ bin=${REKINDLE_BIN:-$root/build/bin}
 export REKINDLE_BIN=$bin
 images=${REKINDLE_IMAGES:-$root/build/images}
 dir=$(realpath -m "${FLEET_DIR:-/tmp/rk-fleet-bench}")
-ns=${FLEET_N:-1 2 4}
+ns=${FLEET_N:-1 2 4 8}
 modes=${FLEET_MODES:-direct kraken kraken-preheated}
 timeout=${FLEET_TIMEOUT:-300}
 prompt='{"text": "the quick brown fox", "max_new_tokens": 16}'
@@ -31,8 +31,6 @@ for t in nerdctl oci-checkpoint containerd; do
 	[ -x "$bin/$t" ] || die "$bin/$t is missing: run 'make build' first"
 done
 [ -f "$images/cpu-engine.tar" ] || die "$images/cpu-engine.tar is missing: run 'make build' first"
-max=0
-for n in $ns; do [ "$n" -gt "$max" ] || max=$n; done
 
 reg=$(fleet_registry "$dir")
 base=$reg/rekindle/fleet-engine:latest ckpt=$reg/rekindle/fleet-checkpoint:latest

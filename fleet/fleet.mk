@@ -27,5 +27,5 @@ test-kraken-patches: $(KRAKEN_BIN)/agent ## the unit tests of kraken-patches/ in
 	scripts/test-patches.sh kraken-patches/tests $(SRC)/kraken $(ABSBIN) $(GO)
 UNIT_TESTS += test-kraken-patches
 
-bench-fleet: build kraken ## benchmark: N nodes restore one checkpoint image at once, from one slow registry, with and without Kraken (FLEET_N)
+bench-fleet: build kraken ## benchmark: N nodes restore one checkpoint image at once, from one slow registry, direct, through Kraken, Kraken preheated (FLEET_N: 1 2 4 8, FLEET_RATE: 200mbit)
 	fleet/bench-fleet.sh
