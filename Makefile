@@ -72,6 +72,7 @@ UNIT_TESTS += test-cuda-checkpoint
 -include docs/diagram/diagram.mk
 -include bench/bench.mk
 -include kubernetes/kubernetes.mk
+-include fleet/fleet.mk
 
 build: stack $(BUILD_EXTRA) ## build the whole stack, our tools and the images into build/
 stack: $(STACK)
@@ -176,11 +177,12 @@ $(BIN)/cni/bridge: $(PINS)/cni | $(BUILDDIR)/.deps
 UNITS := $(wildcard systemd/*.service systemd/*.timer systemd/*.service.d/*.conf)
 
 # build/bin/kube, the kubelet tests' cluster, is not installed: the playbook's
-# kubelet role installs a node's kubelet.
+# kubelet role installs a node's kubelet. Nor is build/bin/kraken (make kraken),
+# the fleet's image distribution.
 install: ## copy the built stack, the units and what they run under $(DESTDIR)$(PREFIX) (run 'make build' first)
 	@for f in $(STACK) $(filter $(BIN)/%,$(BUILD_EXTRA)); do [ -e $$f ] || { echo "rekindle: error: $$f is not built: run 'make build' first" >&2; exit 1; }; done
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/criu $(DESTDIR)$(PREFIX)/libexec/cni
-	install -m 0755 $(filter-out $(BIN)/cni $(KUBE_BIN),$(wildcard $(BIN)/*)) $(DESTDIR)$(PREFIX)/bin/
+	install -m 0755 $(filter-out $(BIN)/cni $(KUBE_BIN) $(KRAKEN_BIN),$(wildcard $(BIN)/*)) $(DESTDIR)$(PREFIX)/bin/
 	install -m 0755 $(BIN)/cni/* $(DESTDIR)$(PREFIX)/libexec/cni/
 	install -m 0644 $(BUILDDIR)/lib/criu/cuda_plugin.so $(DESTDIR)$(PREFIX)/lib/criu/
 	install -m 0755 systemd/rekindle-cache-gc.sh $(DESTDIR)$(PREFIX)/bin/rekindle-cache-gc
@@ -207,7 +209,7 @@ test-ansible: ## the containerd role's drop-in against its key list, the kubelet
 	cd ansible/roles/kubelet && python3 -B -m unittest test_kubelet
 UNIT_TESTS += test-ansible
 
-test: build kubernetes ## build, then run every test (CPU; GPU tests skip without a GPU)
+test: build kubernetes kraken ## build, then run every test (CPU; GPU tests skip without a GPU)
 	REKINDLE_UNIT_TESTS="$(UNIT_TESTS)" tests/run.sh
 
 # The hostile-image fuzzer (tests/fuzz/fuzz-images.py), longer than 475's

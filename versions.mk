@@ -62,3 +62,11 @@ KUBERNETES_STAGING  := v0.36.3
 ETCD_MODULE         := go.etcd.io/etcd/server/v3
 ETCD_VERSION        := v3.6.16
 ETCD_SUM            := h1:sLkpvz3RFtiNd/yPrZBKz5kT+XO1ZJkhmuUJeqc7OmA=
+
+# Kraken, the peer-to-peer image distribution of a fleet of nodes (fleet/,
+# docs/fleet.md), patched with kraken-patches/ and built by fleet/fleet.mk.
+# Its components front their servers with nginx and keep the tracker's peer
+# sets in Redis (Debian's nginx and redis-server, scripts/deps.sh).
+KRAKEN_MODULE       := github.com/uber/kraken
+KRAKEN_VERSION      := v0.1.4
+KRAKEN_SUM          := h1:8ThZp5WU9vpJ/ZpKBK86xgtqs2zUmDB67v8pCf35wEY=

@@ -30,8 +30,20 @@
 # (containerd-patches/runc-shim-kill-a-restore-that-outlasts-checkpoint_re,
 # containerd-patches/runc-shim-bound-the-decoded-pages-images-by-the-cont);
 # unset, 10 minutes and half the host's memory, the role's defaults.
+#
+# CONTAINERD_REGISTRY_CONFIG_PATH, one folder of HOST[:PORT]/hosts.toml files
+# (registry mirrors, docs/fleet.md), is the config_path of the CRI image
+# service and of the transfer service. One folder, never a list: the
+# transfer service's pulls skip the mirrors of a config_path that names two
+# (containerd #12415, #12636).
 set -euo pipefail
 dir=$1 bin=$2
+registry_config_path=${CONTAINERD_REGISTRY_CONFIG_PATH:-}
+case "$registry_config_path" in *:*)
+	echo "containerd-config.sh: CONTAINERD_REGISTRY_CONFIG_PATH=$registry_config_path names more than one folder: give one (containerd's transfer service skips the mirrors of a list)" >&2
+	exit 2
+	;;
+esac
 restore_images=${CONTAINERD_RESTORE_IMAGES-'["rekindle.local", "127.0.0.1:*"]'}
 restore_keys=${CONTAINERD_RESTORE_KEYS:-}
 require_signature=${CONTAINERD_RESTORE_REQUIRE_SIGNATURE:-}
@@ -102,3 +114,13 @@ $([ -z "$disable_read_ahead" ] || echo "  disable_checkpoint_read_ahead = $disab
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
 TOML
+if [ -n "$registry_config_path" ]; then
+	cat <<TOML
+
+[plugins.'io.containerd.cri.v1.images'.registry]
+  config_path = "$registry_config_path"
+
+[plugins.'io.containerd.transfer.v1.local']
+  config_path = "$registry_config_path"
+TOML
+fi

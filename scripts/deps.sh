@@ -27,6 +27,9 @@ pkgs=(
 	# podman interop (docs/podman.md, tests/bats/430-podman.bats); nsenter
 	# reaches the engine in the network namespace it was restored with
 	podman util-linux
+	# the fleet (fleet/, make bench-fleet): Kraken's components serve through
+	# nginx, its tracker keeps peers in Redis
+	nginx redis-server
 )
 missing=()
 for p in "${pkgs[@]}"; do

@@ -1,0 +1,128 @@
+#!/usr/bin/env bats
+# Many nodes, one image (docs/fleet.md): four nodes on this host, each a
+# network namespace with its own containerd and Kraken agent, pull from one
+# origin registry through their agents (containerd's mirror, hosts.toml in
+# one config_path folder). The origin registry sends each blob once; a peer
+# serving a corrupt piece is refused and the piece fetched elsewhere; a
+# mirror that is down costs a pull nothing but one log line.
+
+load helpers
+
+setup_file() {
+	need_built nerdctl
+	[ -x "$BIN/kraken/agent" ] || skip "$BIN/kraken/agent is not built (run 'make kraken')"
+	local t
+	for t in /usr/sbin/nginx redis-server skopeo docker-registry nsenter tc; do
+		command -v "$t" >/dev/null || skip "$t is not installed (make deps)"
+	done
+	export FLEET_DIR=$BATS_FILE_TMPDIR/fleet KRAKEN_BIN=$BIN/kraken
+	# Kraken's origin seeds slowly, so that agents also take pieces from
+	# each other.
+	FLEET_ORIGIN_EGRESS=80000000 "$REKINDLE_ROOT/fleet/fleet-up.sh" "$FLEET_DIR" 4 kraken 3>&-
+	root=$REKINDLE_ROOT
+	. "$REKINDLE_ROOT/fleet/fleet.sh"
+	export IMG
+	IMG=$(fleet_registry "$FLEET_DIR")/rekindle/fleet-test:base
+	skopeo copy --quiet --dest-tls-verify=false "oci-archive:$IMAGES/base.tar" "docker://$IMG" 3>&-
+}
+
+teardown_file() {
+	[ -z "${FLEET_DIR:-}" ] || "$REKINDLE_ROOT/fleet/fleet-down.sh" "$FLEET_DIR" 3>&-
+}
+
+setup() {
+	root=$REKINDLE_ROOT
+	. "$REKINDLE_ROOT/fleet/fleet.sh"
+}
+
+# pull_on I: node I pulls IMG (through its hosts.toml); output in $output.
+pull_on() {
+	run_cmd fleet_nerdctl "$FLEET_DIR" "$1" pull -q "$IMG"
+}
+
+# blobs_of_img: the blob digests of IMG's manifest, from the origin registry.
+blobs_of_img() {
+	local reg=${IMG%%/*} repo=${IMG#*/}
+	curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+		"http://$reg/v2/${repo%:*}/manifests/${repo##*:}" | jq -r '.config.digest, .layers[].digest'
+}
+
+# sent_to PART: the registry's full blob sends to PART's address.
+sent_to() {
+	local ip
+	ip=$(fleet_ip "$FLEET_DIR" "$1")
+	awk -v ip="$ip" '$1 == ip && $6 == "\"GET" && $9 == 200 && $7 ~ /\/blobs\//' "$FLEET_DIR/registry/access.log" | wc -l
+}
+
+@test "two nodes pull one image through their Kraken agents: the origin registry sends each blob once, to Kraken's origin" {
+	pull_on 1
+	pull_on 2
+	local d counts
+	counts=$(fleet_blob_counts "$FLEET_DIR")
+	for d in $(blobs_of_img); do
+		is "$(jq -r --arg d "$d" '.[$d] // 0' <<<"$counts")" 1 "times the origin registry sent $d for two nodes"
+	done
+	is "$(sent_to n1)" 0 "blobs the registry sent to node 1 itself"
+	is "$(sent_to n2)" 0 "blobs the registry sent to node 2 itself"
+	# Each node's containerd asked its own agent (the agent's nginx log).
+	for d in 1 2; do
+		grep -q "GET /v2/rekindle/fleet-test/blobs/" "$FLEET_DIR/n$d/agent/nginx-access.v2.log" ||
+			die "node $d's agent served no blob: was its mirror used?"
+	done
+}
+
+@test "a blob a peer serves corrupt is refused by its piece sums and fetched elsewhere; containerd gets it intact" {
+	pull_on 1
+	local big want f
+	big=$(curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+		"http://${IMG%%/*}/v2/rekindle/fleet-test/manifests/base" | jq -r '.layers | max_by(.size) | .digest')
+	want=${big#sha256:}
+	f=$(find "$FLEET_DIR/n1/agent/cache" -type f -path "*/$want/data")
+	[ -f "$f" ] || die "node 1's agent has no cached copy of $big under $FLEET_DIR/n1/agent/cache"
+	# A byte changed in every 4 MB piece, the file's size kept: node 1 now
+	# seeds a corrupt copy. Node 2's good copy is taken out of the swarm.
+	python3 - "$f" <<-'PY'
+		import os, sys
+		with open(sys.argv[1], "r+b") as f:
+		    size = os.fstat(f.fileno()).st_size
+		    for off in range(1000, size, 4 << 20):
+		        f.seek(off); b = f.read(1); f.seek(off); f.write(bytes([b[0] ^ 0xff]))
+	PY
+	[ "$(sha256sum "$f" | cut -d' ' -f1)" != "$want" ] || die "the cached copy on node 1 is not corrupt"
+	fleet_stop "$FLEET_DIR" n2/agent
+	pull_on 3
+	# The dispatcher logs to the agent's stdout (agent.out).
+	# The dispatcher logs to the agent's stdout (agent.out); Kraken names a
+	# peer by the SHA-1 of its IP:PORT (peer_id_factory addr_hash).
+	local peer1
+	peer1=$(printf '%s:16001' "$(fleet_ip "$FLEET_DIR" n1)" | sha1sum | cut -d' ' -f1)
+	grep "invalid piece sum" "$FLEET_DIR/n3/agent.out" | grep -q "\"peer\": \"$peer1\"" ||
+		die "node 3's agent never refused a piece from node 1 (peer $peer1): did node 1 serve it any? (see $FLEET_DIR/n3/agent.out)"
+	local got
+	got=$(fleet_in "$FLEET_DIR" n3 "$BIN/ctr" --address "$FLEET_DIR/n3/containerd.sock" -n default content get "$big" | sha256sum | cut -d' ' -f1)
+	is "$got" "$want" "the SHA-256 of the layer in node 3's content store"
+	local counts
+	counts=$(fleet_blob_counts "$FLEET_DIR")
+	is "$(jq -r --arg d "$big" '.[$d] // 0' <<<"$counts")" 1 "times the origin registry sent $big (the corrupt copy cost it nothing)"
+}
+
+@test "a mirror that is down never fails a pull the origin registry can serve; the fallback is logged once, naming the mirror" {
+	fleet_stop "$FLEET_DIR" n4/agent
+	local before
+	before=$(sent_to n4)
+	run_cmd fleet_nerdctl "$FLEET_DIR" 4 pull -q "$IMG"
+	local said
+	said=$(grep -c 'trying next host' <<<"$output" || true)
+	is "$said" 1 "lines in nerdctl's output that say it tries the next host"
+	grep 'trying next host' <<<"$output" | grep -q 'host="127.0.0.1:16000"' ||
+		die "the fallback line does not name the mirror 127.0.0.1:16000: $(grep 'trying next host' <<<"$output")"
+	[ "$(sent_to n4)" -gt "$before" ] || die "the origin registry sent node 4 no blob: where did its pull come from?"
+}
+
+@test "containerd's registry config_path is one folder: two are refused, naming why" {
+	run_cmd 2 env CONTAINERD_REGISTRY_CONFIG_PATH=/a/certs.d:/b/certs.d \
+		"$REKINDLE_ROOT/scripts/containerd-config.sh" "$BATS_TEST_TMPDIR" "$BIN"
+	is "$output" "~names more than one folder: give one" "the refusal"
+	grep -q "config_path = \"$FLEET_DIR/n1/certs.d\"" "$FLEET_DIR/n1/config.toml" ||
+		die "node 1's containerd config does not name its one certs.d folder"
+}
