@@ -23,7 +23,9 @@ setup_file() {
 	load_image cpu-engine
 	local port
 	port=$(free_port)
-	start_engine fsrc "$port"
+	# State to restore, so that the memory fill lasts long enough for a
+	# runc killed in it to be killed before the restore ends.
+	start_engine fsrc "$port" -e "ENGINE_STATE_MB=${FAULTS_IMAGE_STATE_MB:-256}"
 	record_engine "$port"
 	echo "$E_TEXT" >"$BATS_FILE_TMPDIR/text"
 	ocicp create -q fsrc "$IMAGE"
@@ -140,25 +142,32 @@ killed_at() {
 # The run fails at once naming what died and the container; after rm -f
 # nothing is left (runc-patches/libct-criu-save-a-restore-s-state-before-CRIU-runs-s:
 # runc delete finds the container and undoes the restore, its poststop
-# hook freeing the port and the address; containerd-patches/runc-shim-end-the-logging-binary-when-the-shim-dies).
+# hook freeing the port and the address, once the createRuntime hook that
+# runc left running is done: runc-patches/libct-criu-let-delete-wait-for-the-hooks-of-a-restor;
+# containerd-patches/runc-shim-delete-a-container-whose-restore-failed-by:
+# the shim deletes with --force a restore that CRIU finished without runc;
+# containerd-patches/runc-shim-end-the-logging-binary-when-the-shim-dies).
 runtime_killed_at() {
-	local target=$1 name=$2 pattern=$3 port id pid log end=$((SECONDS + 60))
+	local target=$1 name=$2 pattern=$3 port id pid= log end=$((SECONDS + 60))
 	port=$(free_port)
 	run_bg "$name" "$port"
-	wait_for "CRIU's restore.log" 60 restore_log_since "$MARK" || die "no restore began"
-	log=$(restore_log_since "$MARK")
-	# Found before the container's ID (nerdctl inspect is slow): the
-	# restore's is the only shim of this stack.
+	# CRIU's log is in the task's work dir, at a known path: find(1) over
+	# the stack or nerdctl inspect is slow enough that a short restore
+	# could end before either answers.
+	log=$(restore_log_of_run "$MARK" 60) || die "no restore of $name began"
+	id=$(basename "$(dirname "$log")")
 	case $target in
-	runc) pid=$(runc_restoring | head -1) ;;
-	shim) pid=$(pgrep -f "containerd-shim-runc-v2 .*$RK_DIR" | head -1) ;;
+	runc) pid=$(runc_restoring "$id" | head -1) ;;
+	shim) pid=$(shim_of "$id" | head -1) ;;
 	esac
-	[ -n "$pid" ] || die "no $target of the restore of $name runs"
+	[ -n "$pid" ] || die "no $target of the restore of $name ($id) runs; CRIU's log: $(tail -3 "$log")"
 	# A tight loop: a phase may last a fraction of a second.
 	while [ "$SECONDS" -lt "$end" ] && ! grep -Eq -- "$pattern" "$log" 2>/dev/null; do :; done
 	grep -Eq -- "$pattern" "$log" || die "CRIU's log ($log) never showed '$pattern'"
+	# Killed after runc returned, the shim would have answered already:
+	# then the case did not happen, which is no result.
+	[ -n "$(runc_restoring "$id")" ] || die "the restore had ended when its log showed '$pattern' (timing; CRIU's log: $(tail -1 "$log"))"
 	kill -KILL "$pid" || die "the $target ($pid) was gone before '$pattern'"
-	id=$(container_id "$name")
 	run_ends 60
 	[ "$RUN_STATUS" -ne 0 ] || die "nerdctl run succeeded with its $target killed"
 	case $target in

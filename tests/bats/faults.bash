@@ -18,11 +18,12 @@ stack_criu() {
 	return 0
 }
 
-# runc_restoring: pids of the `runc restore` processes of this stack.
+# runc_restoring [ID]: pids of the `runc restore` processes of this stack
+# (of container ID only, when given: runc's last argument).
 runc_restoring() {
 	local p
 	for p in $(pgrep -x runc); do
-		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "$RK_DIR.* restore " && echo "$p"
+		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "$RK_DIR.* restore .*${1:+ $1 $}" && echo "$p"
 	done
 	return 0
 }
@@ -47,6 +48,20 @@ restore_log_since() {
 	local log
 	log=$(find "$RK_DIR" -name restore.log -newer "$1" 2>/dev/null | head -1)
 	[ -n "$log" ] && echo "$log"
+}
+
+# restore_log_of_run MARK SECONDS: the restore.log of a task restored
+# after MARK was touched, polled at its known path (the shim's work dir,
+# where runc's --work-path points) for at most SECONDS; fails when none
+# appears.
+restore_log_of_run() {
+	local f end=$((SECONDS + $2))
+	while [ "$SECONDS" -lt "$end" ]; do
+		for f in "$RK_DIR"/root/io.containerd.runtime.v2.task/default/*/restore.log; do
+			[ -e "$f" ] && [ "$f" -nt "$1" ] && { echo "$f"; return 0; }
+		done
+	done
+	return 1
 }
 
 # has_line MARK PATTERN: a restore.log begun after MARK has a line matching
