@@ -57,6 +57,8 @@ PATCHES = {
     "c-criu-cause": ("containerd-patches", "runc-shim-name-CRIU-s-errors"),
     "c-logger-dies": ("containerd-patches", "runc-shim-end-the-logging-binary-when-the-shim-dies"),
     "c-who-died": ("containerd-patches", "runtime-name-the-task-and-the-process-when-a-runc-or"),
+    "c-force-delete": ("containerd-patches", "runc-shim-delete-a-container-whose-restore-failed-by"),
+    "n-failed-hook": ("nerdctl-patches", "ocihook-remove-the-iptables-rules-of-a-failed-create"),
     "c-policy": ("containerd-patches", "checkpointimage-restore-only-the-checkpoint-images"),
     "c-signature": ("containerd-patches", "checkpointimage-restore-only-signed-checkpoint-image"),
     "r-bind": ("runc-patches", "libct-criu-hand-CRIU-the-resolved-source-of-bind"),
@@ -68,6 +70,7 @@ PATCHES = {
     "r-peer": ("runc-patches", "libct-criu-obey-only-CRIU-s-own-messages-on-the-RPC"),
     "r-criu-died": ("runc-patches", "libct-criu-fail-a-restore-at-once-when-CRIU-dies-and"),
     "r-state-first": ("runc-patches", "libct-criu-save-a-restore-s-state-before-CRIU-runs"),
+    "r-hooks-wait": ("runc-patches", "libct-criu-let-delete-wait-for-the-hooks-of-a-restor"),
     "k-zombie": ("criu-patches", "dump-record-a-zombie-s-thread-id-in-pstree.img"),
     "k-shmem-err": ("criu-patches", "shmem-fail-the-restore-when-shared-memory-pages"),
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
@@ -217,6 +220,7 @@ BOXES = [
       P("r-enosys", "seccomp program the same each time"), P("r-bind", "bind-mount sources"),
       P("r-lo", "loopback up"),
       P("r-state-first", "state saved first: runc delete undoes a killed restore"),
+      P("r-hooks-wait", "delete waits for the hooks a killed runc left running"),
       P("c-deadline", "killed at checkpoint_restore_timeout")]),
     ("CRIU parallel fill",
      "CRIU restores the process tree; helper threads fill private memory, helper processes shared "
@@ -261,6 +265,8 @@ AROUND = [
     P("c-ckpt-dir", "a containerd1 checkpoint's extracted copy removed after the restore"),
     P("c-logger-dies", "a killed shim's logger ends with it"),
     P("c-who-died", "a killed runc or shim named, with its container"),
+    P("c-force-delete", "a failed restore deleted by force"),
+    P("n-failed-hook", "nerdctl's failed network hook removes its iptables rules"),
 ]
 
 
