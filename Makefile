@@ -105,9 +105,10 @@ $(BIN)/runc: $(PINS)/runc scripts/apply-patches.sh $(call series,runc-patches) $
 
 # The patch series' own unit tests, run in the patched trees: each series
 # lists its packages and test names in its tests file (scripts/test-patches.sh).
-test-patches: $(BIN)/containerd $(BIN)/runc $(BIN)/mkfs.erofs
+test-patches: $(BIN)/containerd $(BIN)/runc $(BIN)/nerdctl $(BIN)/mkfs.erofs
 	scripts/test-patches.sh containerd-patches/tests $(SRC)/containerd $(ABSBIN) $(GO)
 	scripts/test-patches.sh runc-patches/tests $(SRC)/runc $(ABSBIN) $(GO) -tags "$(RUNC_BUILDTAGS)"
+	scripts/test-patches.sh nerdctl-patches/tests $(SRC)/nerdctl $(ABSBIN) $(GO)
 UNIT_TESTS += test-patches
 
 # The restore engine's own tests in a plain checkout, against the pinned
@@ -141,8 +142,9 @@ $(BIN)/criu: $(PINS)/criu scripts/build-criu.sh scripts/apply-patches.sh $(call 
 
 # The module zip lacks nerdctl's nested test module mod/tigron; only test
 # helpers import it, so drop them and the requirement.
-$(BIN)/nerdctl: $(PINS)/nerdctl | $(BUILDDIR)/.deps
+$(BIN)/nerdctl: $(PINS)/nerdctl scripts/apply-patches.sh $(call series,nerdctl-patches) | $(BUILDDIR)/.deps
 	scripts/fetch-module.sh $(NERDCTL_MODULE) $(NERDCTL_VERSION) $(NERDCTL_SUM) $(SRC)/nerdctl
+	scripts/apply-patches.sh nerdctl-patches $(SRC)/nerdctl $(NERDCTL_MODULE)
 	cd $(SRC)/nerdctl && rm -f cmd/nerdctl/helpers/testing_linux.go && \
 		$(GO) mod edit -dropreplace=github.com/containerd/nerdctl/mod/tigron \
 			-droprequire=github.com/containerd/nerdctl/mod/tigron && \

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# refresh-patches.sh containerd|runc|criu: rebuild a patch series in git
+# refresh-patches.sh containerd|runc|nerdctl|criu: rebuild a patch series in git
 # format-patch form. The pinned release (versions.mk) is committed to a
 # scratch git repository, the series is applied with `git am`, and the
 # files are written again with `git format-patch --signoff`, numbered N/M,
@@ -10,7 +10,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 . "$here/lib.sh"
-[ $# -eq 1 ] || die "usage: $0 containerd|runc|criu"
+[ $# -eq 1 ] || die "usage: $0 containerd|runc|nerdctl|criu"
 need_tool git make
 v() { make -s -C "$root" -f - print <<<"include versions.mk
 print: ; @echo \$($1)"; }
@@ -22,12 +22,13 @@ if [ -z "${KEEP:-}" ]; then
 	case "$name" in
 	containerd) "$here/fetch-module.sh" "$(v CONTAINERD_MODULE)" "$(v CONTAINERD_VERSION)" "$(v CONTAINERD_SUM)" "$repo/src" ;;
 	runc) "$here/fetch-module.sh" "$(v RUNC_MODULE)" "$(v RUNC_VERSION)" "$(v RUNC_SUM)" "$repo/src" ;;
+	nerdctl) "$here/fetch-module.sh" "$(v NERDCTL_MODULE)" "$(v NERDCTL_VERSION)" "$(v NERDCTL_SUM)" "$repo/src" ;;
 	criu)
 		tarball=$root/build/src/dl/criu_$(v CRIU_VERSION).orig.tar.xz
 		[ -f "$tarball" ] || die "$tarball is missing: run 'make build' first"
 		mkdir -p "$repo/src" && tar -xJf "$tarball" -C "$repo/src" --strip-components=1
 		;;
-	*) die "unknown series '$name': containerd, runc or criu" ;;
+	*) die "unknown series '$name': containerd, runc, nerdctl or criu" ;;
 	esac
 	git -C "$repo/src" init -q
 	git -C "$repo/src" add -A

@@ -55,6 +55,10 @@ PATCHES = {
     "c-mount": ("containerd-patches", "checkpointimage-read-a-checkpoint-layer-kept-in-plac"),
     "c-pages-ahead": ("containerd-patches", "tasks-read-a-checkpoint-s-pages-images-ahead-from-ta"),
     "c-criu-cause": ("containerd-patches", "runc-shim-name-CRIU-s-errors"),
+    "c-logger-dies": ("containerd-patches", "runc-shim-end-the-logging-binary-when-the-shim-dies"),
+    "c-who-died": ("containerd-patches", "runtime-name-the-task-and-the-process-when-a-runc-or"),
+    "c-force-delete": ("containerd-patches", "runc-shim-delete-a-container-whose-restore-failed-by"),
+    "n-failed-hook": ("nerdctl-patches", "ocihook-remove-the-iptables-rules-of-a-failed-create"),
     "c-policy": ("containerd-patches", "checkpointimage-restore-only-the-checkpoint-images"),
     "c-signature": ("containerd-patches", "checkpointimage-restore-only-signed-checkpoint-image"),
     "r-bind": ("runc-patches", "libct-criu-hand-CRIU-the-resolved-source-of-bind"),
@@ -65,6 +69,8 @@ PATCHES = {
     "r-stdio": ("runc-patches", "libct-criu-inherit-the-new-process-s-stdio-from-the"),
     "r-peer": ("runc-patches", "libct-criu-obey-only-CRIU-s-own-messages-on-the-RPC"),
     "r-criu-died": ("runc-patches", "libct-criu-fail-a-restore-at-once-when-CRIU-dies-and"),
+    "r-state-first": ("runc-patches", "libct-criu-save-a-restore-s-state-before-CRIU-runs"),
+    "r-hooks-wait": ("runc-patches", "libct-criu-let-delete-wait-for-the-hooks-of-a-restor"),
     "k-zombie": ("criu-patches", "dump-record-a-zombie-s-thread-id-in-pstree.img"),
     "k-shmem-err": ("criu-patches", "shmem-fail-the-restore-when-shared-memory-pages"),
     "k-truncated": ("criu-patches", "restorer-fail-on-a-truncated-pages-image"),
@@ -213,6 +219,8 @@ BOXES = [
       "guard/peer/", P("r-criu-died", "fails at once when CRIU dies"), P("r-program", "seccomp program built to compare"),
       P("r-enosys", "seccomp program the same each time"), P("r-bind", "bind-mount sources"),
       P("r-lo", "loopback up"),
+      P("r-state-first", "state saved first: runc delete undoes a killed restore"),
+      P("r-hooks-wait", "delete waits for the hooks a killed runc left running"),
       P("c-deadline", "killed at checkpoint_restore_timeout")]),
     ("CRIU parallel fill",
      "CRIU restores the process tree; helper threads fill private memory, helper processes shared "
@@ -255,6 +263,10 @@ AROUND = [
     P("c-cold-cri", "the same under CRI"), P("c-cold-log", "its log says why"),
     P("c-cri-phases", "CRI's phase times too"), P("c-gc-unlink", "GC unlinks a collected snapshot"),
     P("c-ckpt-dir", "a containerd1 checkpoint's extracted copy removed after the restore"),
+    P("c-logger-dies", "a killed shim's logger ends with it"),
+    P("c-who-died", "a killed runc or shim named, with its container"),
+    P("c-force-delete", "a failed restore deleted by force"),
+    P("n-failed-hook", "nerdctl's failed network hook removes its iptables rules"),
 ]
 
 

@@ -29,12 +29,15 @@ func UnbindRestoreRoot(runcRoot, id string) error {
 }
 
 // RemoveRestoreLeftovers removes what a `runc restore` of container id
-// that was killed leaves once runc delete has run: runc deletes a
-// container whose state it wrote (at CRIU's post-restore notice), and
-// otherwise only its state dir, so the container's cgroups, those of the
-// bundle's spec, stay, empty, in every hierarchy. A systemd slice
-// ("slice:prefix:name") is systemd's to remove, and a relative path, which
-// runc resolves against its own cgroup, is left alone.
+// that was killed leaves once runc delete has run, when runc had saved no
+// state of the container: runc delete then removes only the state dir,
+// and the container's cgroups, those of the bundle's spec, stay, empty,
+// in every hierarchy. Rekindle's runc saves the state before CRIU runs
+// (runc-patches/libct-criu-save-a-restore-s-state-before-CRIU-runs-s), and
+// its delete removes all of it; a runc killed before that, or one without
+// the patch, leaves this to do. A systemd slice ("slice:prefix:name") is
+// systemd's to remove, and a relative path, which runc resolves against
+// its own cgroup, is left alone.
 func RemoveRestoreLeftovers(runcRoot, id, bundle string) error {
 	var errs []error
 	if err := UnbindRestoreRoot(runcRoot, id); err != nil {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bats
 # Faults on the restore path (issue 61): a CRIU killed at a phase of the
 # restore (runc-patches/libct-criu-fail-a-restore-at-once-when-CRIU-dies-and),
+# its runc or its shim killed (issue 61, item 5),
 # a restore that outlasts checkpoint_restore_timeout with a published port
 # (rekindle.local/restore/shim's kill loop spares runc's cleanup hook), and
 # a failed `nerdctl run` of a checkpoint image (containerd-patches/tasks-start-cold-when-the-runtime-fails-to-restore-a
@@ -22,7 +23,9 @@ setup_file() {
 	load_image cpu-engine
 	local port
 	port=$(free_port)
-	start_engine fsrc "$port"
+	# State to restore, so that the memory fill lasts long enough for a
+	# runc killed in it to be killed before the restore ends.
+	start_engine fsrc "$port" -e "ENGINE_STATE_MB=${FAULTS_IMAGE_STATE_MB:-256}"
 	record_engine "$port"
 	echo "$E_TEXT" >"$BATS_FILE_TMPDIR/text"
 	ocicp create -q fsrc "$IMAGE"
@@ -131,6 +134,67 @@ killed_at() {
 # The restorer's helpers fill the tasks' memory once they switch to it.
 @test "CRIU killed during the memory fill: nerdctl run fails at once naming CRIU's death, rm -f leaves nothing" {
 	killed_at filling 'Restore via sigreturn'
+}
+
+# runtime_killed_at TARGET NAME PATTERN: SIGKILL the restore's TARGET (runc:
+# its `runc restore`; shim: the container's containerd-shim-runc-v2, and
+# with it runc, its parent-death signal) once CRIU's log shows PATTERN.
+# The run fails at once naming what died and the container; after rm -f
+# nothing is left (runc-patches/libct-criu-save-a-restore-s-state-before-CRIU-runs-s:
+# runc delete finds the container and undoes the restore, its poststop
+# hook freeing the port and the address, once the createRuntime hook that
+# runc left running is done: runc-patches/libct-criu-let-delete-wait-for-the-hooks-of-a-restor;
+# containerd-patches/runc-shim-delete-a-container-whose-restore-failed-by:
+# the shim deletes with --force a restore that CRIU finished without runc;
+# containerd-patches/runc-shim-end-the-logging-binary-when-the-shim-dies).
+runtime_killed_at() {
+	local target=$1 name=$2 pattern=$3 port id pid= log end=$((SECONDS + 60))
+	port=$(free_port)
+	run_bg "$name" "$port"
+	# CRIU's log is in the task's work dir, at a known path: find(1) over
+	# the stack or nerdctl inspect is slow enough that a short restore
+	# could end before either answers.
+	log=$(restore_log_of_run "$MARK" 60) || die "no restore of $name began"
+	id=$(basename "$(dirname "$log")")
+	case $target in
+	runc) pid=$(runc_restoring "$id" | head -1) ;;
+	shim) pid=$(shim_of "$id" | head -1) ;;
+	esac
+	[ -n "$pid" ] || die "no $target of the restore of $name ($id) runs; CRIU's log: $(tail -3 "$log")"
+	# A tight loop: a phase may last a fraction of a second.
+	while [ "$SECONDS" -lt "$end" ] && ! grep -Eq -- "$pattern" "$log" 2>/dev/null; do :; done
+	grep -Eq -- "$pattern" "$log" || die "CRIU's log ($log) never showed '$pattern'"
+	# Killed after runc returned, the shim would have answered already:
+	# then the case did not happen, which is no result.
+	[ -n "$(runc_restoring "$id")" ] || die "the restore had ended when its log showed '$pattern' (timing; CRIU's log: $(tail -1 "$log"))"
+	kill -KILL "$pid" || die "the $target ($pid) was gone before '$pattern'"
+	run_ends 60
+	[ "$RUN_STATUS" -ne 0 ] || die "nerdctl run succeeded with its $target killed"
+	case $target in
+	runc) grep -q "runc restore of container $id was killed by signal 9 (SIGKILL) before it finished" "$RUN_OUT" ||
+		die "the error does not name runc's death and the container" ;;
+	shim) grep -q "the runtime shim of task $id exited before it answered the task's start" "$RUN_OUT" ||
+		die "the error does not name the shim's death and the container" ;;
+	esac
+	removed "$name"
+	assert_nothing_left "$name" "$port" "$id"
+	restores_again
+}
+
+@test "runc killed once CRIU forks the tasks: nerdctl run names runc's death, rm -f leaves nothing" {
+	runtime_killed_at runc runc-early 'Forking task with'
+}
+
+@test "runc killed during the memory fill: nerdctl run names runc's death, rm -f leaves nothing" {
+	runtime_killed_at runc runc-filling 'Restore via sigreturn'
+}
+
+@test "the shim killed once CRIU forks the tasks: nerdctl run names the shim's death, rm -f leaves nothing" {
+	runtime_killed_at shim shim-early 'Forking task with'
+}
+
+@test "the shim killed during the memory fill: nerdctl run names the shim's death, rm -f leaves nothing" {
+	runtime_killed_at shim shim-filling 'Restore via sigreturn'
 }
 
 @test "a restore with -p past checkpoint_restore_timeout frees its port and address: the same port restores again" {

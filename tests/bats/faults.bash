@@ -18,12 +18,50 @@ stack_criu() {
 	return 0
 }
 
+# runc_restoring [ID]: pids of the `runc restore` processes of this stack
+# (of container ID only, when given: runc's last argument).
+runc_restoring() {
+	local p
+	for p in $(pgrep -x runc); do
+		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "$RK_DIR.* restore .*${1:+ $1 $}" && echo "$p"
+	done
+	return 0
+}
+
+# shim_of ID: the containerd-shim-runc-v2 serving container ID.
+shim_of() {
+	local p
+	[ -n "$1" ] || return 0
+	for p in $(pgrep -x containerd-shim); do
+		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "-id $1 .*$RK_DIR" && echo "$p"
+	done
+	# The name is cut to 15 characters in comm; match on the command line too.
+	for p in $(pgrep -f "containerd-shim-runc-v2 .*-id $1 "); do
+		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "$RK_DIR" && echo "$p"
+	done | sort -u
+	return 0
+}
+
 # restore_log_since MARK: the restore.log of a restore begun after the file
 # MARK was touched, under this stack's state.
 restore_log_since() {
 	local log
 	log=$(find "$RK_DIR" -name restore.log -newer "$1" 2>/dev/null | head -1)
 	[ -n "$log" ] && echo "$log"
+}
+
+# restore_log_of_run MARK SECONDS: the restore.log of a task restored
+# after MARK was touched, polled at its known path (the shim's work dir,
+# where runc's --work-path points) for at most SECONDS; fails when none
+# appears.
+restore_log_of_run() {
+	local f end=$((SECONDS + $2))
+	while [ "$SECONDS" -lt "$end" ]; do
+		for f in "$RK_DIR"/root/io.containerd.runtime.v2.task/default/*/restore.log; do
+			[ -e "$f" ] && [ "$f" -nt "$1" ] && { echo "$f"; return 0; }
+		done
+	done
+	return 1
 }
 
 # has_line MARK PATTERN: a restore.log begun after MARK has a line matching

@@ -97,29 +97,6 @@ image_state() {
 	done
 }
 
-# runc_restoring: pids of the `runc restore` processes of this stack.
-runc_restoring() {
-	local p
-	for p in $(pgrep -x runc); do
-		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q "$RK_DIR.* restore " && echo "$p"
-	done
-	return 0
-}
-
-# shim_of ID: the containerd-shim-runc-v2 serving container ID.
-shim_of() {
-	local p
-	[ -n "$1" ] || return 0
-	for p in $(pgrep -x containerd-shim); do
-		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "-id $1 .*$RK_DIR" && echo "$p"
-	done
-	# The name is cut to 15 characters in comm; match on the command line too.
-	for p in $(pgrep -f "containerd-shim-runc-v2 .*-id $1 "); do
-		tr '\0' ' ' <"/proc/$p/cmdline" 2>/dev/null | grep -q -- "$RK_DIR" && echo "$p"
-	done | sort -u
-	return 0
-}
-
 # phase_reached PHASE: the restore begun after $MARK is at PHASE.
 #   task-create   runc restore runs, no CRIU yet
 #   criu-started  CRIU forks the tasks (restore.log), before the memory fill
