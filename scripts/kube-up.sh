@@ -158,14 +158,25 @@ cat >"$dir/cni/net.d/10-rekindle-kube.conflist" <<EOF
 EOF
 
 # Pod cgroups under their own cgroupfs root, in every v1 hierarchy the
-# kubelet uses (and the unified one on a hybrid host).
-for c in /sys/fs/cgroup/*/; do
-	mkdir -p "$c${cgroot#/}"
-	if [ -f "${c}cpuset.cpus" ]; then
-		cat "${c}cpuset.cpus" >"$c${cgroot#/}/cpuset.cpus"
-		cat "${c}cpuset.mems" >"$c${cgroot#/}/cpuset.mems"
-	fi
-done
+# kubelet uses (and the unified one on a hybrid host); on a host with the
+# unified hierarchy alone (the GPU hosts), in it, with the controllers the
+# kubelet requires of that root given to it by the root's subtree.
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+	mkdir -p "/sys/fs/cgroup$cgroot"
+	for c in cpuset cpu io memory hugetlb pids; do
+		grep -qw "$c" /sys/fs/cgroup/cgroup.controllers || continue
+		echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control ||
+			die "cannot enable the $c controller in /sys/fs/cgroup/cgroup.subtree_control, which the kubelet needs for its pods"
+	done
+else
+	for c in /sys/fs/cgroup/*/; do
+		mkdir -p "$c${cgroot#/}"
+		if [ -f "${c}cpuset.cpus" ]; then
+			cat "${c}cpuset.cpus" >"$c${cgroot#/}/cpuset.cpus"
+			cat "${c}cpuset.mems" >"$c${cgroot#/}/cpuset.mems"
+		fi
+	done
+fi
 
 cat >"$k/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1
