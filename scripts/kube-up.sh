@@ -51,6 +51,9 @@ trap '[ -n "$up" ] || "$here/kube-down.sh" "$dir"' EXIT
 # one (a host whose traffic goes through a proxy may have no default route).
 host_ip=$(ip -o route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
 [ -n "$host_ip" ] || host_ip=$(ip -o -4 addr show scope global 2>/dev/null | awk '{sub("/.*", "", $4); print $4; exit}')
+# Without iproute2 (a GPU host's image may lack it): the first local address
+# in the kernel's table that is not loopback.
+[ -n "$host_ip" ] || host_ip=$(awk '/\|-- /{a=$2} /\/32 host LOCAL/ && a !~ /^127\./ {print a; exit}' /proc/net/fib_trie 2>/dev/null)
 [ -n "$host_ip" ] || die "this host has no IPv4 address but loopback: the kubelet needs a non-loopback node address (add one, e.g. on a dummy link)"
 echo "node_ip=$host_ip" >>"$k/names"
 read -r etcd_port etcd_peer api_port kubelet_port healthz_port cm_port sched_port < <("$here/free-ports.py" 7)

@@ -104,6 +104,8 @@ teardown_file() {
 	if [ -f "$BATS_FILE_TMPDIR/device-plugin.pid" ]; then
 		kill "$(cat "$BATS_FILE_TMPDIR/device-plugin.pid")" 2>/dev/null || true
 	fi
+	# The cluster's logs, for a failure's reading (kube-down.sh removes its folder).
+	cp -r "$RK_DIR/kube/logs" "$BATS_FILE_TMPDIR/kube-logs" 2>/dev/null || true
 	kube_down
 	# The device plugin's CDI spec, when this file's plugin wrote it.
 	if [ -f "$BATS_FILE_TMPDIR/device-plugin.spec" ]; then
