@@ -49,8 +49,8 @@ trap '[ -n "$up" ] || "$here/kube-down.sh" "$dir"' EXIT
 
 # The node's address: the default route's source, else the first global
 # one (a host whose traffic goes through a proxy may have no default route).
-host_ip=$(ip -o route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
-[ -n "$host_ip" ] || host_ip=$(ip -o -4 addr show scope global 2>/dev/null | awk '{sub("/.*", "", $4); print $4; exit}')
+host_ip=$(ip -o route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' || true)
+[ -n "$host_ip" ] || host_ip=$(ip -o -4 addr show scope global 2>/dev/null | awk '{sub("/.*", "", $4); print $4; exit}' || true)
 # Without iproute2 (a GPU host's image may lack it): the first local address
 # in the kernel's table that is not loopback.
 [ -n "$host_ip" ] || host_ip=$(awk '/\|-- /{a=$2} /\/32 host LOCAL/ && a !~ /^127\./ {print a; exit}' /proc/net/fib_trie 2>/dev/null)
