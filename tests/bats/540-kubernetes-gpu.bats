@@ -12,14 +12,17 @@
 # and processes are the ones from before the checkpoint, with nothing
 # compiled again.
 #
-# The pods use the node's network and IPC namespaces. Network: GPU hosts may
-# lack the iptables a CNI bridge masquerades with (500 runs its engine on the
-# host network too). IPC: CRI binds /dev/shm into a container from its pod's
-# sandbox, outside the container, so CRIU does not carry it; vLLM maps a
-# POSIX semaphore there under a name it has renamed, which CRIU restores from
-# the link it leaves beside it, and only the host's /dev/shm outlives the
-# checkpointed pod. A pod of its own IPC restores only once the checkpoint
-# carries /dev/shm (as CRI-O's devshm-checkpoint.tar does).
+# The pods use the node's network: GPU hosts may lack the iptables a CNI
+# bridge masquerades with (500 runs its engine on the host network too).
+# /dev/shm: CRI binds it into a container from the pod's sandbox, outside the
+# container, so CRIU does not carry it; vLLM maps a POSIX semaphore there
+# under a name it has renamed, which CRIU restores only from the link_remap
+# file it leaves beside it. In the sandbox's /dev/shm (or the host's, with
+# hostIPC) that link is gone at the restore (seen: "Can't link
+# dev/shm/link_remap.410 -> dev/shm/sem.tDyYtl: No such file or directory").
+# So the engine mounts a tmpfs of its own over /dev/shm (CAP_SYS_ADMIN), which
+# CRIU dumps with its files, until the checkpoint carries a CRI container's
+# /dev/shm (as CRI-O's devshm-checkpoint.tar does).
 #
 # Runs on a GPU host (tests/gpu/run.sh with a bundle made by
 # GPU_BUNDLE_KUBE=1 scripts/gpu-bundle.sh); everywhere else every test
@@ -137,9 +140,11 @@ device_plugin_up() {
 pod_spec() {
 	jq -c --arg image "$1" --arg pull "$2" --arg restart "$3" --arg port "$PORT" --arg model "$MODEL" \
 		--arg vargs "$VARGS" '{
-		hostNetwork: true, hostIPC: true, automountServiceAccountToken: false,
+		hostNetwork: true, automountServiceAccountToken: false,
 		terminationGracePeriodSeconds: 5, restartPolicy: $restart,
 		containers: [{name: "engine", image: $image, imagePullPolicy: $pull,
+			command: ["/bin/sh", "-c", "mount -t tmpfs -o size=1g,mode=1777 shm /dev/shm && exec /engine/launch.sh"],
+			securityContext: {capabilities: {add: ["SYS_ADMIN"]}, appArmorProfile: {type: "Unconfined"}},
 			env: (.env + [{name: "ENGINE_PORT", value: $port}, {name: "ENGINE_VLLM_ARGS", value: $vargs}]),
 			resources: {limits: {"nvidia.com/gpu": 1}},
 			volumeMounts: (.volumeMounts + [{name: "model", mountPath: "/models/model", readOnly: true}]),
