@@ -17,12 +17,10 @@
 # /dev/shm: CRI binds it into a container from the pod's sandbox, outside the
 # container, so CRIU does not carry it; vLLM maps a POSIX semaphore there
 # under a name it has renamed, which CRIU restores only from the link_remap
-# file it leaves beside it. In the sandbox's /dev/shm (or the host's, with
-# hostIPC) that link is gone at the restore (seen: "Can't link
-# dev/shm/link_remap.410 -> dev/shm/sem.tDyYtl: No such file or directory").
-# So the engine mounts a tmpfs of its own over /dev/shm (CAP_SYS_ADMIN), which
-# CRIU dumps with its files, until the checkpoint carries a CRI container's
-# /dev/shm (as CRI-O's devshm-checkpoint.tar does).
+# file it leaves beside it. In a new pod that file is not there, and the
+# restore fails (docs/kubernetes.md, "A GPU pod"): this test fails until the
+# checkpoint carries a CRI container's /dev/shm (as CRI-O's
+# devshm-checkpoint.tar does) and the restore lays it down before CRIU runs.
 #
 # Runs on a GPU host (tests/gpu/run.sh with a bundle made by
 # GPU_BUNDLE_KUBE=1 scripts/gpu-bundle.sh); everywhere else every test
@@ -143,8 +141,6 @@ pod_spec() {
 		hostNetwork: true, automountServiceAccountToken: false,
 		terminationGracePeriodSeconds: 5, restartPolicy: $restart,
 		containers: [{name: "engine", image: $image, imagePullPolicy: $pull,
-			command: ["/bin/sh", "-c", "mount -t tmpfs -o size=1g,mode=1777 shm /dev/shm && exec /engine/launch.sh"],
-			securityContext: {capabilities: {add: ["SYS_ADMIN"]}, appArmorProfile: {type: "Unconfined"}},
 			env: (.env + [{name: "ENGINE_PORT", value: $port}, {name: "ENGINE_VLLM_ARGS", value: $vargs}]),
 			resources: {limits: {"nvidia.com/gpu": 1}},
 			volumeMounts: (.volumeMounts + [{name: "model", mountPath: "/models/model", readOnly: true}]),
