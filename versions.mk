@@ -70,3 +70,10 @@ ETCD_SUM            := h1:sLkpvz3RFtiNd/yPrZBKz5kT+XO1ZJkhmuUJeqc7OmA=
 KRAKEN_MODULE       := github.com/uber/kraken
 KRAKEN_VERSION      := v0.1.4
 KRAKEN_SUM          := h1:8ThZp5WU9vpJ/ZpKBK86xgtqs2zUmDB67v8pCf35wEY=
+
+# NVIDIA's device plugin gives the GPU kubelet test's pods their GPU through
+# CDI (tests/bats/540-kubernetes-gpu.bats; make device-plugin). v0.18.0 is
+# the oldest the Go proxy serves here (v0.17.x is refused).
+NVIDIA_DEVICE_PLUGIN_MODULE  := github.com/NVIDIA/k8s-device-plugin
+NVIDIA_DEVICE_PLUGIN_VERSION := v0.18.0
+NVIDIA_DEVICE_PLUGIN_SUM     := h1:zTAcR+pU90bEFwLD6WVFn2F77h8bDzqpIuqn+O2Sl/s=

@@ -3,7 +3,9 @@
 # has a GPU but no network and no build tools: the stack's binaries
 # (stripped), CRIU's CUDA plugin, the shared libraries criu and jq need
 # beyond glibc, bats, and the GPU image tarballs. tests/gpu/run.sh unpacks it.
-# BUILDDIR (default build/) names the build folder to pack.
+# BUILDDIR (default build/) names the build folder to pack. GPU_BUNDLE_KUBE=1
+# adds the single-node Kubernetes and NVIDIA's device plugin (make kubernetes
+# device-plugin) as bin/kube, for 540-kubernetes-gpu.bats: about 100 MB more.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 . "$here/lib.sh"
@@ -16,11 +18,18 @@ trap 'rm -rf "$stage"' EXIT
 
 mkdir -p "$stage/bin/cni" "$stage/lib/criu" "$stage/images"
 for t in containerd containerd-shim-runc-v2 ctr runc criu nerdctl nvidia-ctk \
-	nvidia-cdi-hook cuda-checkpoint oci-checkpoint rekindle-wake rekindle-weights mkfs.erofs; do
+	nvidia-cdi-hook cuda-checkpoint oci-checkpoint rekindle-wake rekindle-weights mkfs.erofs crictl; do
 	[ -x "$b/bin/$t" ] || die "$b/bin/$t is missing: run 'make build' first"
 	cp "$b/bin/$t" "$stage/bin/"
 done
 cp "$b/bin/cni/"* "$stage/bin/cni/"
+if [ "${GPU_BUNDLE_KUBE:-0}" = 1 ]; then
+	mkdir -p "$stage/bin/kube"
+	for t in etcd kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl nvidia-device-plugin; do
+		[ -x "$b/bin/kube/$t" ] || die "$b/bin/kube/$t is missing: run 'make kubernetes device-plugin' first"
+		cp "$b/bin/kube/$t" "$stage/bin/kube/"
+	done
+fi
 # A registry on loopback, for 510-vllm.bats's fresh node (Debian's, from make deps).
 cp "$(command -v docker-registry)" "$stage/bin/" || die "docker-registry is missing: run 'make deps'"
 # bench-criu.sh's parts: stock CRIU beside ours, and its two C tools, static

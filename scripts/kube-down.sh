@@ -56,7 +56,7 @@ mounts_under | sort -r | while read -r m; do umount "$m" 2>/dev/null || umount -
 
 # What is still in the pod cgroups (the CRI could not remove it: a
 # containerd that is gone) is killed, so that the cgroups can go.
-procs() { cat ${cgroot:+/sys/fs/cgroup/*/"$cgroot"/**/cgroup.procs} 2>/dev/null | sort -u; }
+procs() { cat ${cgroot:+/sys/fs/cgroup/*/"$cgroot"/**/cgroup.procs /sys/fs/cgroup/"$cgroot"/**/cgroup.procs} 2>/dev/null | sort -u; }
 shopt -s globstar nullglob
 for _ in 1 2 3 4 5; do
 	p=$(procs)
@@ -67,7 +67,7 @@ done
 
 # Pod cgroups, leaves first; a cgroup with a process left in it stays and is named.
 left=
-for c in ${cgroot:+/sys/fs/cgroup/*/"$cgroot"}; do
+for c in ${cgroot:+/sys/fs/cgroup/*/"$cgroot" /sys/fs/cgroup/"$cgroot"}; do
 	[ -d "$c" ] || continue
 	while read -r d; do rmdir "$d" 2>/dev/null || left+=" $d"; done < <(find "$c" -depth -type d)
 done

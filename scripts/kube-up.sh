@@ -49,8 +49,11 @@ trap '[ -n "$up" ] || "$here/kube-down.sh" "$dir"' EXIT
 
 # The node's address: the default route's source, else the first global
 # one (a host whose traffic goes through a proxy may have no default route).
-host_ip=$(ip -o route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p')
-[ -n "$host_ip" ] || host_ip=$(ip -o -4 addr show scope global 2>/dev/null | awk '{sub("/.*", "", $4); print $4; exit}')
+host_ip=$(ip -o route get 1.1.1.1 2>/dev/null | sed -n 's/.* src \([0-9.]*\).*/\1/p' || true)
+[ -n "$host_ip" ] || host_ip=$(ip -o -4 addr show scope global 2>/dev/null | awk '{sub("/.*", "", $4); print $4; exit}' || true)
+# Without iproute2 (a GPU host's image may lack it): the first local address
+# in the kernel's table that is not loopback.
+[ -n "$host_ip" ] || host_ip=$(awk '/\|-- /{a=$2} /\/32 host LOCAL/ && a !~ /^127\./ {print a; exit}' /proc/net/fib_trie 2>/dev/null)
 [ -n "$host_ip" ] || die "this host has no IPv4 address but loopback: the kubelet needs a non-loopback node address (add one, e.g. on a dummy link)"
 echo "node_ip=$host_ip" >>"$k/names"
 read -r etcd_port etcd_peer api_port kubelet_port healthz_port cm_port sched_port < <("$here/free-ports.py" 7)
@@ -158,14 +161,25 @@ cat >"$dir/cni/net.d/10-rekindle-kube.conflist" <<EOF
 EOF
 
 # Pod cgroups under their own cgroupfs root, in every v1 hierarchy the
-# kubelet uses (and the unified one on a hybrid host).
-for c in /sys/fs/cgroup/*/; do
-	mkdir -p "$c${cgroot#/}"
-	if [ -f "${c}cpuset.cpus" ]; then
-		cat "${c}cpuset.cpus" >"$c${cgroot#/}/cpuset.cpus"
-		cat "${c}cpuset.mems" >"$c${cgroot#/}/cpuset.mems"
-	fi
-done
+# kubelet uses (and the unified one on a hybrid host); on a host with the
+# unified hierarchy alone (the GPU hosts), in it, with the controllers the
+# kubelet requires of that root given to it by the root's subtree.
+if [ -f /sys/fs/cgroup/cgroup.controllers ]; then
+	mkdir -p "/sys/fs/cgroup$cgroot"
+	for c in cpuset cpu io memory hugetlb pids; do
+		grep -qw "$c" /sys/fs/cgroup/cgroup.controllers || continue
+		echo "+$c" >/sys/fs/cgroup/cgroup.subtree_control ||
+			die "cannot enable the $c controller in /sys/fs/cgroup/cgroup.subtree_control, which the kubelet needs for its pods"
+	done
+else
+	for c in /sys/fs/cgroup/*/; do
+		mkdir -p "$c${cgroot#/}"
+		if [ -f "${c}cpuset.cpus" ]; then
+			cat "${c}cpuset.cpus" >"$c${cgroot#/}/cpuset.cpus"
+			cat "${c}cpuset.mems" >"$c${cgroot#/}/cpuset.mems"
+		fi
+	done
+fi
 
 cat >"$k/kubelet.yaml" <<EOF
 apiVersion: kubelet.config.k8s.io/v1beta1

@@ -16,11 +16,20 @@
 # squashfs on the GPU hosts) stay out; CDI brings the driver in. Every bind
 # is read-only and named in the container's spec, so runc hands each to CRIU
 # as an external mount and a restore binds the same host paths again.
+#
+# host-python.sh --pod [PYTHON]: the same for a pod, as one JSON object
+# {volumes, volumeMounts, env} (hostPath volumes, read-only). CRI binds every
+# volume recursively, and CRIU cannot dump a submount no spec names, so a bind
+# that holds a host mount point is split into its entries around it; the
+# mount point itself stays out (the driver: the device plugin's CDI spec
+# brings it).
 set -euo pipefail
+form=flags
+[ "${1:-}" != --pod ] || { form=pod; shift; }
 py=${1:-$(command -v python3)} || { echo "host-python.sh: no python3 on PATH" >&2; exit 1; }
 
-"$py" - <<'PY'
-import os, sys, sysconfig
+FORM=$form "$py" - <<'PY'
+import json, os, sys, sysconfig
 
 HOST = "/host"
 base = os.path.realpath(sys.executable)          # the venv's python -> the base interpreter
@@ -73,9 +82,34 @@ for d in (sysconfig.get_config_var("LIBDIR") or "", os.path.dirname(loader), "/u
     if d and os.path.isdir(d) and cpath(d) not in libdirs:
         libdirs.append(cpath(d))
 
-out = [f"--volume={b}:{cpath(b) if b == '/usr' else b}:ro,bind" for b in binds]
-out += [f"--env=ENGINE_PYTHON={cpath(base)}", f"--env=ENGINE_LOADER={cpath(loader)}",
-        f"--env=ENGINE_LIBRARY_PATH={':'.join(libdirs)}",
-        f"--env=ENGINE_PYTHON_HOME={cpath(base_prefix)}", f"--env=ENGINE_SITE={':'.join(sites)}"]
-print("\n".join(out))
+env = [("ENGINE_PYTHON", cpath(base)), ("ENGINE_LOADER", cpath(loader)),
+       ("ENGINE_LIBRARY_PATH", ":".join(libdirs)),
+       ("ENGINE_PYTHON_HOME", cpath(base_prefix)), ("ENGINE_SITE", ":".join(sites))]
+if os.environ["FORM"] == "flags":
+    out = [f"--volume={b}:{cpath(b) if b == '/usr' else b}:ro,bind" for b in binds]
+    print("\n".join(out + [f"--env={k}={v}" for k, v in env]))
+    sys.exit(0)
+
+with open("/proc/self/mountinfo") as f:
+    points = {l.split()[4].replace("\\040", " ") for l in f}
+
+def split(p):
+    """p itself when no mount point lies beneath it, else its entries, each split again."""
+    if not any(under(m, p) and m != p for m in points):
+        return [p]
+    out = []
+    for e in sorted(os.listdir(p)):
+        c = os.path.join(p, e)
+        if c not in points and (os.path.isdir(c) or os.path.isfile(c)):
+            out += split(c)
+    return out
+
+volumes, mounts = [], []
+for b in binds:
+    for i, p in enumerate(split(b)):
+        name = f"host-python-{len(volumes)}"
+        volumes.append({"name": name, "hostPath": {"path": p}})
+        mounts.append({"name": name, "mountPath": cpath(p), "readOnly": True})
+print(json.dumps({"volumes": volumes, "volumeMounts": mounts,
+                  "env": [{"name": k, "value": v} for k, v in env]}))
 PY

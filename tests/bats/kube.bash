@@ -140,7 +140,13 @@ assert_restored() {
 	is "$(at "$pod" GET /state | jq -r .start_time)" "$E_START" "start time in $pod: restored, not restarted"
 	is "$(at "$pod" GET /state | jq -r .pid)" "$E_PID" "engine pid in $pod"
 	is "$(at "$pod" POST /generate "$PROMPT" | jq -r .text)" "$E_TEXT" "greedy output of $pod"
-	logged "Restored container $id successfully"
+	restored_by_containerd "$id"
+}
+
+# restored_by_containerd ID: containerd restored container ID (not started
+# it) and logged the phase times; any engine's pod.
+restored_by_containerd() {
+	logged "Restored container $1 successfully"
 	logged "restored from checkpoint image .*criu-restore=[0-9.]*s"
 }
 
