@@ -46,12 +46,27 @@ func Size(dir string) (int64, error) {
 	return int64(st.Blocks) * st.Bsize, nil
 }
 
+// Extra is a file of the tmpfs to write under a name it no longer has
+// there: a link_remap.N that CRIU's dump made, linked to a file a process
+// holds open under a removed name, and removed again when the dump left
+// the processes running.
+type Extra struct {
+	// Name is its name beneath the tmpfs (link_remap.N).
+	Name string
+	// File is the file, opened by the caller (through the process that
+	// holds it); it must be a regular file of the tmpfs.
+	File *os.File
+}
+
 // Write writes the tree at dir to w as a tar archive: directories, regular
-// files, and hard links for a file's further names. It refuses a symbolic
-// link, device, FIFO or socket, a mount beneath dir, more than MaxEntries
-// names and files whose sizes add up to more than limit bytes, naming the
-// path. It returns the bytes of file content written.
-func Write(w io.Writer, dir string, limit int64) (int64, error) {
+// files, and hard links for a file's further names; then each of extra, as
+// a hard link to the name the walk found it under, or a file of its own.
+// It refuses a symbolic link, device, FIFO or socket, a mount beneath dir,
+// an extra file that is not a regular file of dir's file system or whose
+// name is taken, more than MaxEntries names and files whose sizes add up
+// to more than limit bytes, naming the path. It returns the bytes of file
+// content written.
+func Write(w io.Writer, dir string, limit int64, extra ...Extra) (int64, error) {
 	root, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return 0, &os.PathError{Op: "open", Path: dir, Err: err}
@@ -61,11 +76,60 @@ func Write(w io.Writer, dir string, limit int64) (int64, error) {
 	if err := unix.Fstat(root, &st); err != nil {
 		return 0, &os.PathError{Op: "fstat", Path: dir, Err: err}
 	}
-	wr := &writer{tw: tar.NewWriter(w), dir: dir, dev: st.Dev, limit: limit, links: map[[2]uint64]string{}}
+	wr := &writer{tw: tar.NewWriter(w), dir: dir, dev: st.Dev, limit: limit, links: map[[2]uint64]string{}, names: map[string]bool{}}
 	if err := wr.walk(root, ""); err != nil {
 		return wr.size, err
 	}
+	for _, e := range extra {
+		if err := wr.extra(e); err != nil {
+			return wr.size, err
+		}
+	}
 	return wr.size, wr.tw.Close()
+}
+
+func (wr *writer) extra(e Extra) error {
+	name, err := cleanName(e.Name)
+	if err == nil && name == "" {
+		err = errors.New("is empty")
+	}
+	if err != nil {
+		return fmt.Errorf("%s: %w", e.Name, err)
+	}
+	if wr.names[name] {
+		return fmt.Errorf("%s: a file of that name is there already", wr.where(name))
+	}
+	if dir := path.Dir(name); dir != "." && !wr.names[dir] {
+		return fmt.Errorf("%s: its folder is not there", wr.where(name))
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(e.File.Fd()), &st); err != nil {
+		return &os.PathError{Op: "fstat", Path: e.File.Name(), Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Dev != wr.dev {
+		return fmt.Errorf("%s (for %s) is not a regular file of %s", e.File.Name(), wr.where(name), wr.dir)
+	}
+	if wr.entries++; wr.entries > MaxEntries {
+		return fmt.Errorf("%s holds more than %d names", wr.dir, MaxEntries)
+	}
+	wr.names[name] = true
+	key := [2]uint64{st.Dev, st.Ino}
+	if first, ok := wr.links[key]; ok {
+		return wr.header(name, tar.TypeLink, &st, 0, first)
+	}
+	// Read through a descriptor of its own: the caller's may be shared
+	// with the process, its offset not to be moved.
+	fd, err := unix.Open(fmt.Sprintf("/proc/self/fd/%d", e.File.Fd()), unix.O_RDONLY|unix.O_NONBLOCK|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &os.PathError{Op: "reopen", Path: e.File.Name(), Err: err}
+	}
+	defer unix.Close(fd)
+	var now unix.Stat_t
+	if err := unix.Fstat(fd, &now); err != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+		return fmt.Errorf("%s changed while it was read", e.File.Name())
+	}
+	wr.links[key] = name
+	return wr.file(fd, name, &now)
 }
 
 type writer struct {
@@ -75,7 +139,8 @@ type writer struct {
 	limit   int64
 	size    int64
 	entries int
-	links   map[[2]uint64]string
+	links   map[[2]uint64]string // every regular file's first name
+	names   map[string]bool
 }
 
 func (wr *writer) where(name string) string { return path.Join(wr.dir, name) }
@@ -87,6 +152,7 @@ func (wr *writer) walk(dirfd int, rel string) error {
 	}
 	for _, n := range names {
 		name := path.Join(rel, n)
+		wr.names[name] = true
 		if wr.entries++; wr.entries > MaxEntries {
 			return fmt.Errorf("%s holds more than %d names", wr.dir, MaxEntries)
 		}
@@ -125,9 +191,7 @@ func (wr *writer) walk(dirfd int, rel string) error {
 			if err != nil {
 				return err
 			}
-			if st.Nlink > 1 {
-				wr.links[key] = name
-			}
+			wr.links[key] = name
 		default:
 			return fmt.Errorf("%s is a %s: only directories and regular files are carried in %s", wr.where(name), kind(st.Mode), ArchiveName)
 		}

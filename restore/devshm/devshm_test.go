@@ -157,3 +157,39 @@ func TestExtractRefuses(t *testing.T) {
 		t.Fatal("a file was written through a symbolic link")
 	}
 }
+
+func TestWriteExtra(t *testing.T) {
+	src := t.TempDir()
+	must(t, os.WriteFile(filepath.Join(src, "sem.a"), []byte("semaphore"), 0o600))
+	must(t, os.WriteFile(filepath.Join(src, "held.tmp"), []byte("held"), 0o600))
+	held, err := os.Open(filepath.Join(src, "held.tmp"))
+	must(t, err)
+	defer held.Close()
+	must(t, os.Remove(filepath.Join(src, "held.tmp"))) // open, no name left
+	sem, err := os.Open(filepath.Join(src, "sem.a"))
+	must(t, err)
+	defer sem.Close()
+	var buf bytes.Buffer
+	_, err = Write(&buf, src, 1<<20, Extra{Name: "link_remap.1", File: sem}, Extra{Name: "link_remap.2", File: held})
+	must(t, err)
+	dst := t.TempDir()
+	must(t, Extract(&buf, dst, 1<<20))
+	a, _ := os.Stat(filepath.Join(dst, "sem.a"))
+	l, _ := os.Stat(filepath.Join(dst, "link_remap.1"))
+	if !os.SameFile(a, l) {
+		t.Error("sem.a and link_remap.1 are not one file")
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "link_remap.2")); string(b) != "held" {
+		t.Errorf("link_remap.2 holds %q", b)
+	}
+
+	// A file of another file system, or a name taken, is refused.
+	other, err := os.Open("/proc/self/status")
+	must(t, err)
+	defer other.Close()
+	for _, e := range []Extra{{Name: "link_remap.3", File: other}, {Name: "sem.a", File: sem}, {Name: "../x", File: sem}} {
+		if _, err := Write(&bytes.Buffer{}, src, 1<<20, e); err == nil {
+			t.Errorf("Write took extra %s from %s", e.Name, e.File.Name())
+		}
+	}
+}

@@ -37,7 +37,13 @@ func (cr *creation) pack() error {
 	}
 	// After the dump: it makes the link_remap files of what the engine
 	// holds open in /dev/shm under a removed name.
-	if src, n, err := writeDevShm(cr.spec, cr.archiveDir); err != nil {
+	var pids []uint32
+	if procs, err := cr.task.Pids(cr.ctx); err == nil {
+		for _, p := range procs {
+			pids = append(pids, p.Pid)
+		}
+	}
+	if src, n, err := writeDevShm(cr.spec, cr.archiveDir, cr.criuDir, pids); err != nil {
 		return noSpace(fmt.Errorf("%s: %w", devshm.ArchiveName, err), cr.work)
 	} else if src != "" {
 		if cr.o.Progress != nil {
