@@ -125,6 +125,19 @@ shm_check() {
 	assert_restored "$pod"
 	run_cmd shm_check "$pod" "$E_PID"
 	is "$output" "rekindle shm 0o640" "the held file after the restore"
+
+	# Killed, the engine is restored again in the same sandbox, whose
+	# /dev/shm holds the files the first restore left: they are replaced.
+	local id pid
+	id=$(container_id "$pod")
+	pid=$(cri inspect "$id" | jq -r .info.pid)
+	kill -KILL "$pid"
+	restarted() { [ "$(kubectl get pod "$pod" -o jsonpath='{.status.containerStatuses[0].restartCount}')" = 1 ]; }
+	wait_for "kubelet to restart $pod's engine" 120 restarted
+	wait_for "Deployment shm ready again" 120 ready_replicas shm 1
+	assert_restored "$pod"
+	run_cmd shm_check "$pod" "$E_PID"
+	is "$output" "rekindle shm 0o640" "the held file after the second restore in the same sandbox"
 	kube_do delete deployment shm --wait
 	wait_for "the pods of shm to go" 60 no_pods shm
 
