@@ -117,7 +117,7 @@ UNIT_TESTS += test-patches
 test-restore: $(BIN)/mkfs.erofs ## vet and unit-test the restore engine (restore/) against the pinned containerd release
 	@grep -q '^	github.com/containerd/containerd/v2 $(CONTAINERD_VERSION)$$' restore/go.mod || \
 		{ echo "restore/go.mod requires another containerd than versions.mk's $(CONTAINERD_VERSION): change it there too" >&2; exit 1; }
-	cd restore && GOFLAGS=-mod=mod $(GO) vet ./... && GOFLAGS=-mod=mod $(GO) test ./checkpointimage/bounds/ ./cri/ ./coldstart/ ./zstdframes/ && \
+	cd restore && GOFLAGS=-mod=mod $(GO) vet ./... && GOFLAGS=-mod=mod $(GO) test ./checkpointimage/bounds/ ./cri/ ./coldstart/ ./devshm/ ./zstdframes/ && \
 		GOFLAGS=-mod=mod $(GO) test ./shim/ -test.root && \
 		PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test ./inplace/ && \
 		PATH=$(ABSBIN):$$PATH GOFLAGS=-mod=mod $(GO) test ./checkpointimage/ -test.root

@@ -31,6 +31,13 @@
 # containerd-patches/runc-shim-bound-the-decoded-pages-images-by-the-cont);
 # unset, 10 minutes and half the host's memory, the role's defaults.
 #
+# CONTAINERD_POD_ANNOTATIONS (a TOML list of annotation patterns) sets the
+# runc runtime's pod_annotations: the pod annotations CRI passes into its
+# containers' specs. 342-kubernetes-devshm.bats passes org.criu.config, the
+# runc annotation that names a container's own CRIU configuration file
+# (link-remap for its engine's dump), where a GPU host writes the host's
+# /etc/criu/runc.conf (tests/gpu/prepare.sh, the Ansible role). Unset, none.
+#
 # CONTAINERD_REGISTRY_CONFIG_PATH, one folder of HOST[:PORT]/hosts.toml files
 # (registry mirrors, docs/fleet.md), is the config_path of the CRI image
 # service and of the transfer service. One folder, never a list: the
@@ -109,6 +116,7 @@ $([ -z "$disable_read_ahead" ] || echo "  disable_checkpoint_read_ahead = $disab
 
 [plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc.options]
   Root = "$dir/runc"
+$([ -z "${CONTAINERD_POD_ANNOTATIONS:-}" ] || printf "\n[plugins.'io.containerd.cri.v1.runtime'.containerd.runtimes.runc]\n  pod_annotations = %s\n" "$CONTAINERD_POD_ANNOTATIONS")
 
 [plugins.'io.containerd.grpc.v1.cri']
   stream_server_address = "127.0.0.1"

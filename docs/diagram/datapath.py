@@ -58,6 +58,7 @@ PATCHES = {
     "c-logger-dies": ("containerd-patches", "runc-shim-end-the-logging-binary-when-the-shim-dies"),
     "c-who-died": ("containerd-patches", "runtime-name-the-task-and-the-process-when-a-runc-or"),
     "c-force-delete": ("containerd-patches", "runc-shim-delete-a-container-whose-restore-failed-by"),
+    "c-devshm": ("containerd-patches", "cri-restore-a-checkpoint-s-dev-shm-into-the-new-sand"),
     "n-failed-hook": ("nerdctl-patches", "ocihook-remove-the-iptables-rules-of-a-failed-create"),
     "c-policy": ("containerd-patches", "checkpointimage-restore-only-the-checkpoint-images"),
     "c-signature": ("containerd-patches", "checkpointimage-restore-only-signed-checkpoint-image"),
@@ -201,9 +202,11 @@ BOXES = [
     ("cache",
      "The extracted-checkpoint cache, keyed by layer: the second restore unpacks nothing. The rootfs is "
      "the base image plus rootfs-diff.tar applied into the overlay's upper directory; a CRI container "
-     "holds its entry; a failed restore drops it; cache-gc prunes.",
+     "holds its entry, and its pod's /dev/shm (devshm-checkpoint.tar) goes into the new sandbox's; a "
+     "failed restore drops it; cache-gc prunes.",
      ["restore/checkpointimage/cache.go", "restore/checkpointimage/unpacked.go",
       "restore/checkpointimage/rootfsdiff_linux.go",
+      P("c-devshm", "CRI: the pod's /dev/shm unpacked"), "restore/devshm/",
       P("c-drop", "dropped after a failed restore, tasks and CRI"),
       "systemd/rekindle-cache-gc.sh"]),
     ("runc restore",

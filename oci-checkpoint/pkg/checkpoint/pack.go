@@ -19,6 +19,7 @@ import (
 	"rekindle.local/oci-checkpoint/pkg/annotations"
 	"rekindle.local/oci-checkpoint/pkg/phase"
 	"rekindle.local/oci-checkpoint/pkg/wake"
+	"rekindle.local/restore/devshm"
 )
 
 // pack writes the dump files and the image from the work directory.
@@ -33,6 +34,21 @@ func (cr *creation) pack() error {
 			where = cr.work
 		}
 		return noSpace(fmt.Errorf("rootfs diff: %w", err), where)
+	}
+	// After the dump: it makes the link_remap files of what the engine
+	// holds open in /dev/shm under a removed name.
+	var pids []uint32
+	if procs, err := cr.task.Pids(cr.ctx); err == nil {
+		for _, p := range procs {
+			pids = append(pids, p.Pid)
+		}
+	}
+	if src, n, err := writeDevShm(cr.spec, cr.archiveDir, cr.criuDir, pids); err != nil {
+		return noSpace(fmt.Errorf("%s: %w", devshm.ArchiveName, err), cr.work)
+	} else if src != "" {
+		if cr.o.Progress != nil {
+			fmt.Fprintf(cr.o.Progress, "/dev/shm of the pod: %d bytes from %s\n", n, src)
+		}
 	}
 	base, err := cr.baseImage()
 	if err != nil {
