@@ -17,10 +17,10 @@
 # /dev/shm: CRI binds it into a container from the pod's sandbox, outside the
 # container, so CRIU does not carry it; vLLM maps a POSIX semaphore there
 # under a name it has renamed, which CRIU restores only from the link_remap
-# file it leaves beside it. In a new pod that file is not there, and the
-# restore fails (docs/kubernetes.md, "A GPU pod"): this test fails until the
-# checkpoint carries a CRI container's /dev/shm (as CRI-O's
-# devshm-checkpoint.tar does) and the restore lays it down before CRIU runs.
+# file beside it. The checkpoint carries the sandbox's /dev/shm
+# (devshm-checkpoint.tar) and the CRI restore lays it down before CRIU runs
+# (342 tests that on the CPU; docs/kubernetes.md, "A GPU pod": the two GPU
+# runs so far predate it and failed there).
 #
 # Runs on a GPU host (tests/gpu/run.sh with a bundle made by
 # GPU_BUNDLE_KUBE=1 scripts/gpu-bundle.sh); everywhere else every test
