@@ -95,6 +95,26 @@ func waitDecoded(t *testing.T, sn snapshots.Snapshotter, ci *Image) {
 	t.Fatal("no decoded copy was made")
 }
 
+// decodedAfterARestore restores ci once (c1), waits for the decoded copy
+// that restore asks for, and returns the directory of its view.
+func decodedAfterARestore(t *testing.T, r *Restorer, sn snapshots.Snapshotter, ci *Image) string {
+	t.Helper()
+	ctx := context.Background()
+	restoreFrom(t, r, sn, ci, "c1")
+	r.ReleaseHold(ctx, "native", "c1")
+	r.Done(ci.Layer.Digest)
+	waitDecoded(t, sn, ci)
+	mounts, err := sn.Mounts(ctx, decodedKey(ci.Layer.Digest)+"-view")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir, err := bindDir(mounts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
 func TestACachedRestoreReadsTheDecodedPages(t *testing.T) {
 	ctx := context.Background()
 	r, sn, ci, pages := decodedFixture(t)
@@ -142,16 +162,7 @@ func TestACachedRestoreReadsTheDecodedPages(t *testing.T) {
 func TestDecodedPagesOutOfThePageCacheAreNotRead(t *testing.T) {
 	ctx := context.Background()
 	r, sn, ci, _ := decodedFixture(t)
-	restoreFrom(t, r, sn, ci, "c1")
-	r.ReleaseHold(ctx, "native", "c1")
-	r.Done(ci.Layer.Digest)
-	waitDecoded(t, sn, ci)
-
-	mounts, err := sn.Mounts(ctx, decodedKey(ci.Layer.Digest)+"-view")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, _ := bindDir(mounts)
+	dir := decodedAfterARestore(t, r, sn, ci)
 	f, err := os.Open(filepath.Join(dir, "checkpoint", "pages-1.img"))
 	if err != nil {
 		t.Fatal(err)
@@ -175,16 +186,7 @@ func TestDecodedPagesOutOfThePageCacheAreNotRead(t *testing.T) {
 func TestAChangedDecodedCopyIsDroppedAndMadeAgain(t *testing.T) {
 	ctx := context.Background()
 	r, sn, ci, pages := decodedFixture(t)
-	restoreFrom(t, r, sn, ci, "c1")
-	r.ReleaseHold(ctx, "native", "c1")
-	r.Done(ci.Layer.Digest)
-	waitDecoded(t, sn, ci)
-
-	mounts, err := sn.Mounts(ctx, decodedKey(ci.Layer.Digest)+"-view")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir, _ := bindDir(mounts)
+	dir := decodedAfterARestore(t, r, sn, ci)
 	time.Sleep(10 * time.Millisecond)
 	if err := os.WriteFile(filepath.Join(dir, "checkpoint", "pages-1.img"), []byte("damaged"), 0o600); err != nil {
 		t.Fatal(err)
