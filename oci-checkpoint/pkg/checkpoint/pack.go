@@ -37,10 +37,14 @@ func (cr *creation) pack() error {
 	}
 	// After the dump: it makes the link_remap files of what the engine
 	// holds open in /dev/shm under a removed name.
+	// Only then is the task asked for its processes: the rest of the
+	// packaging never calls the runtime shim.
 	var pids []uint32
-	if procs, err := cr.task.Pids(cr.ctx); err == nil {
-		for _, p := range procs {
-			pids = append(pids, p.Pid)
+	if sandboxDevShm(cr.spec) != "" {
+		if procs, err := cr.task.Pids(cr.ctx); err == nil {
+			for _, p := range procs {
+				pids = append(pids, p.Pid)
+			}
 		}
 	}
 	if src, n, err := writeDevShm(cr.spec, cr.archiveDir, cr.criuDir, pids); err != nil {
