@@ -65,10 +65,15 @@ func cacheLabels(layer digest.Digest) map[string]string {
 	}
 }
 
-func tempKey(prefix string) string {
+// randomID is 16 random hex digits, for names that must not collide.
+func randomID() string {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
-	return prefix + "/building-" + hex.EncodeToString(b)
+	return hex.EncodeToString(b)
+}
+
+func tempKey(prefix string) string {
+	return prefix + "/building-" + randomID()
 }
 
 // cachedSnapshot returns committed snapshot name in sn, building it on a

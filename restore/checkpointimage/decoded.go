@@ -8,8 +8,6 @@ package checkpointimage
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
@@ -227,9 +225,7 @@ func (r *Restorer) decode(ctx context.Context, snName string, ci *Image) error {
 		return err
 	}
 	defer done()
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	holder := "decode-" + hex.EncodeToString(b)
+	holder := "decode-" + randomID()
 	dataDir, err := r.holdData(ctx, sn, snName, ci, holder)
 	if err != nil {
 		return err
