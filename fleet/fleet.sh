@@ -297,28 +297,9 @@ fleet_agent_up() {
 	local dir=$1 part=n$2 a=$1/n$2/agent herd ip
 	herd=$(fleet_ip "$dir" herd) ip=$(fleet_ip "$dir" "$part")
 	mkdir -p "$a"
-	{
-		kraken_zap "$a/agent.log"
-		cat <<-EOF
-			tracker: {hosts: {static: ["$herd:15003"]}}
-			build_index: {hosts: {static: ["$herd:15004"]}}
-			scheduler:
-			  torrentlog: {disable: true}
-			  dispatch: {piece_request_policy: rarest_first}
-			  # The origin has most blobs in a second or two: ask again soon
-			  # (kraken-patches/0002; Kraken's own 1 s, 1.3 s... cost seconds a pull).
-			  metainfoclient: {poll_initial_interval: 100ms, poll_max_interval: 1s}
-			store: {download_dir: $a/download/, cache_dir: $a/cache/}
-			registry:
-			  docker:
-			    version: 0.1
-			    log: {level: error}
-			    http: {net: unix, addr: $a/registry.sock}
-			peer_id_factory: addr_hash
-			allowed_cidrs: [127.0.0.1]
-			nginx: {name: kraken-agent, cache_dir: $a/nginx-cache/, log_dir: $a/}
-		EOF
-	} >"$a/agent.yaml"
+	# The kraken role's own template (ansible/roles/kraken), with the fleet's paths.
+	python3 "$root/fleet/render-agent.py" "$a" "$a" "$a/registry.sock" "$herd:15003" "$herd:15004" >"$a/agent.yaml.tmp"
+	mv "$a/agent.yaml.tmp" "$a/agent.yaml"
 	rm -f "$a/registry.sock"
 	kraken_run "$dir" "$part" agent "$KRAKEN_BIN/agent" --config "$a/agent.yaml" \
 		--peer-ip "$ip" --peer-port 16001 --agent-server-port 16002 --agent-registry-port "$FLEET_AGENT_PORT"

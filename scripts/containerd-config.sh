@@ -79,7 +79,9 @@ print(json.dumps({
     "containerd_restore_timeout": timeout, "containerd_restore_max_decoded_pages": pages,
     "containerd_cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"], "containerd_enable_criu": True,
     # CRI restores checkpoint images (crictl) whatever the policy, which judges them.
-    "containerd_restore_via_create": True, "containerd_runc": b + "/runc"}))
+    "containerd_restore_via_create": True, "containerd_runc": b + "/runc",
+    # The registry config_path is this file's own (below), not the drop-in's.
+    "containerd_registry_config_path": ""}))
 PY
 )
 python3 "$here/render-template.py" "$here/../ansible/roles/containerd/templates/rekindle.toml.j2" "$vars" >"$dir/rekindle.toml.tmp"

@@ -1,5 +1,6 @@
 """The drop-in's template and the key list the role checks an existing
-configuration against (vars/main.yml, containerd_dropin_settings) name the
+configuration against (vars/main.yml, containerd_dropin_settings and
+containerd_registry_settings) name the
 same keys: a key added to one and not the other fails here (plain python3,
 jinja2 and PyYAML, which ansible-core brings)."""
 import json
@@ -20,6 +21,7 @@ VALUES = {
     "containerd_restore_timeout": "10m", "containerd_restore_max_decoded_pages": "64GiB",
     "containerd_cdi_spec_dirs": ["/etc/cdi"], "containerd_enable_criu": True,
     "containerd_restore_via_create": True, "containerd_runc": "/usr/local/bin/runc",
+    "containerd_registry_config_path": "/etc/containerd/certs.d",
 }
 
 
@@ -31,17 +33,29 @@ def leaves(table, path=()):
             yield path + (k,)
 
 
+def render(values):
+    return tomllib.loads(subprocess.run(
+        [sys.executable, os.path.join(ROOT, "scripts", "render-template.py"),
+         os.path.join(HERE, "templates", "rekindle.toml.j2"), json.dumps(values)],
+        capture_output=True, text=True, check=True).stdout)
+
+
 class DropIn(unittest.TestCase):
+    def test_registry_config_path_is_one_folder_for_both_or_left_alone(self):
+        d = render(VALUES)["plugins"]
+        self.assertEqual(d["io.containerd.cri.v1.images"]["registry"]["config_path"], "/etc/containerd/certs.d")
+        self.assertEqual(d["io.containerd.transfer.v1.local"]["config_path"], "/etc/containerd/certs.d")
+        d = render(dict(VALUES, containerd_registry_config_path=""))["plugins"]
+        self.assertNotIn("io.containerd.cri.v1.images", d)
+        self.assertNotIn("io.containerd.transfer.v1.local", d)
+
     def test_the_template_and_the_key_list_name_the_same_keys(self):
-        out = subprocess.run([sys.executable, os.path.join(ROOT, "scripts", "render-template.py"),
-                              os.path.join(HERE, "templates", "rekindle.toml.j2"), json.dumps(VALUES)],
-                             capture_output=True, text=True, check=True).stdout
-        rendered = set(leaves(tomllib.loads(out))) - {("version",)}
+        rendered = set(leaves(render(VALUES))) - {("version",)}
         with open(os.path.join(HERE, "vars", "main.yml")) as f:
             v = yaml.safe_load(f)
         runtime = v["containerd_cri_runtime"]
         listed = {tuple(runtime if p == "{{ containerd_cri_runtime }}" else p for p in s["key"])
-                  for s in v["containerd_dropin_settings"] if "value" in s}
+                  for s in v["containerd_dropin_settings"] + v["containerd_registry_settings"] if "value" in s}
         self.assertEqual(rendered - listed, set(), "keys the template sets that the role does not check")
         self.assertEqual(listed - rendered, set(), "keys the role checks with a value that the template does not set")
 
