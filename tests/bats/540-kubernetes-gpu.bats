@@ -19,8 +19,8 @@
 # under a name it has renamed, which CRIU restores only from the link_remap
 # file beside it. The checkpoint carries the sandbox's /dev/shm
 # (devshm-checkpoint.tar) and the CRI restore lays it down before CRIU runs
-# (342 tests that on the CPU; docs/kubernetes.md, "A GPU pod": the two GPU
-# runs so far predate it and failed there).
+# (342 tests that on the CPU; docs/kubernetes.md, "A GPU pod": it passed on an
+# H200; the two runs before it was carried failed there).
 #
 # Runs on a GPU host (tests/gpu/run.sh with a bundle made by
 # GPU_BUNDLE_KUBE=1 scripts/gpu-bundle.sh); everywhere else every test
