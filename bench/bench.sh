@@ -210,9 +210,12 @@ run_flags() {
 measure() {
 	local path=$1 rep=$2 name=$3 image=$4
 	shift 4
-	local p=$gpu_port id t0 t1 poll status="null" cuda="{}" cuda_mark
+	local p=$gpu_port id t0 t1 poll status="null" cuda="{}" cuda_mark log_mark
 	local restore='{"containerd": {}, "restore_begun_at": null, "cache": null}'
 	cuda_mark=$(($(cuda_lines) + 1))
+	# From here: a pages layer's background decode, which logs a cache miss
+	# of its own, ends before the cached row begins.
+	log_mark=$(($(wc -l <"$dir/containerd.log") + 1))
 	[ "$engine" = cpu ] && p=$(port)
 	python3 "$root/bench/bench-poll.py" "$p" "$prompt" "$timeout" >"$dir/poll.json" &
 	local poller=$!
@@ -232,7 +235,6 @@ measure() {
 		[ "$(jq -c .containerd <<<"$restore")" != "{}" ] || note "warning: no restore timings for $id in containerd's log"
 		cuda=$(bench_log cuda "$cuda_log" "$cuda_mark") || die "$path: cannot read $cuda_log"
 	fi
-	log_mark=$(($(wc -l <"$dir/containerd.log") + 1))
 	jq -cn --arg path "$path" --argjson rep "$rep" --arg id "$id" --arg image "$image" \
 		--argjson t0 "$t0" --argjson t1 "$t1" --argjson poll "$poll" --argjson status "$status" \
 		--argjson restore "$restore" --argjson cuda "$cuda" \
@@ -263,7 +265,6 @@ host=$(jq -n --arg nproc "$(nproc)" --arg cpu "$(awk -F': ' '/^model name/ {prin
 : >"$dir/runs.jsonl"
 : >"$dir/checkpoints.jsonl"
 : >"$dir/bandwidth.jsonl"
-log_mark=$(($(wc -l <"$dir/containerd.log") + 1))
 env_flags=()
 [ "$engine" = cpu ] && env_flags=(-e "ENGINE_STATE_MB=$state_mb")
 started=$(date -u +%Y%m%dT%H%M%SZ)
