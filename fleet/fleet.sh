@@ -291,14 +291,24 @@ fleet_preheat() {
 	die "Kraken's origin did not have ${pending[*]} within 60 s: see $dir/herd/origin.log"
 }
 
+# fleet_agent_config AGENT_DIR HERD_IP: the agent's configuration from the
+# kraken role's own template (ansible/roles/kraken), with the fleet's paths:
+# the simulated fleet runs the file a provisioned node gets.
+fleet_agent_config() {
+	local a=$1 herd=$2
+	python3 "$root/scripts/render-template.py" "$root/ansible/roles/kraken/templates/agent.yaml.j2" "$(jq -cn \
+		--arg a "$a" --arg herd "$herd" '{ansible_role_name: "kraken", kraken_store_dir: $a,
+		kraken_log_dir: $a, kraken_log_paths: [$a + "/agent.log"], kraken_registry_socket: ($a + "/registry.sock"),
+		kraken_tracker_hosts: [$herd + ":15003"], kraken_build_index_hosts: [$herd + ":15004"]}')"
+}
+
 # fleet_agent_up DIR I: node I's Kraken agent, its registry API on
 # 127.0.0.1:16000 in the node.
 fleet_agent_up() {
 	local dir=$1 part=n$2 a=$1/n$2/agent herd ip
 	herd=$(fleet_ip "$dir" herd) ip=$(fleet_ip "$dir" "$part")
 	mkdir -p "$a"
-	# The kraken role's own template (ansible/roles/kraken), with the fleet's paths.
-	python3 "$root/fleet/render-agent.py" "$a" "$a" "$a/registry.sock" "$herd:15003" "$herd:15004" >"$a/agent.yaml.tmp"
+	fleet_agent_config "$a" "$herd" >"$a/agent.yaml.tmp"
 	mv "$a/agent.yaml.tmp" "$a/agent.yaml"
 	rm -f "$a/registry.sock"
 	kraken_run "$dir" "$part" agent "$KRAKEN_BIN/agent" --config "$a/agent.yaml" \

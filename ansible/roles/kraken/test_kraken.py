@@ -49,9 +49,8 @@ class Templates(unittest.TestCase):
         self.assertEqual(c["allowed_cidrs"], ["127.0.0.1"])
 
     def test_the_fleet_renders_the_same_template(self):
-        out = subprocess.run([sys.executable, os.path.join(ROOT, "fleet", "render-agent.py"), "/f/a", "/f/a",
-                              "/f/a/registry.sock", "10.1.1.3:15003", "10.1.1.3:15004"],
-                             capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(["bash", "-c", 'root=$1; . "$root/fleet/fleet.sh"; fleet_agent_config /f/a 10.1.1.3',
+                              "bash", os.path.abspath(ROOT)], capture_output=True, text=True, check=True).stdout
         c = yaml.safe_load(out)
         self.assertEqual(c["tracker"]["hosts"]["static"], ["10.1.1.3:15003"])
         self.assertEqual(c["store"]["cache_dir"], "/f/a/cache/")
