@@ -211,6 +211,7 @@ func entryNames(ctx context.Context, sn snapshots.Snapshotter, layer digest.Dige
 // drop removes the snapshots names of layer's entry but those in use.
 func (r *Restorer) drop(ctx context.Context, sn snapshots.Snapshotter, layer digest.Digest, names []string) (dropped, kept int) {
 	prefix := cacheKey(layer) + "/"
+	r.removeGone(ctx, sn, prefix)
 	// Children before their parents: data-view before data. Its mount, if
 	// the layer was read in place, goes first.
 	if err := r.unmountInPlace(ctx, prefix+"data-view"); err != nil {
@@ -229,6 +230,53 @@ func (r *Restorer) drop(ctx context.Context, sn snapshots.Snapshotter, layer dig
 		}
 	}
 	return dropped, kept
+}
+
+// removeGone removes the snapshots of restored containers that no longer
+// exist (root filesystems, holds) made on the entry under prefix. The
+// garbage collector takes them in time, through their back-reference
+// label, but a restore that follows the container's removal at once would
+// otherwise find the entry in use.
+func (r *Restorer) removeGone(ctx context.Context, sn snapshots.Snapshotter, prefix string) {
+	if r.Containers == nil {
+		return
+	}
+	var gone []string
+	if err := sn.Walk(ctx, func(ctx context.Context, info snapshots.Info) error {
+		id := info.Labels[labelGCContainerBackRef]
+		if id == "" || !strings.HasPrefix(info.Name, restoreKeyPrefix) || !strings.HasPrefix(info.Parent, prefix) {
+			return nil
+		}
+		if _, err := r.Containers.Get(ctx, id); errdefs.IsNotFound(err) {
+			gone = append(gone, info.Name)
+		}
+		return nil
+	}); err != nil {
+		log.G(ctx).WithError(err).Warn("checkpoint cache: list the snapshots of removed containers")
+		return
+	}
+	for _, name := range gone {
+		if err := sn.Remove(ctx, name); err != nil && !errdefs.IsNotFound(err) {
+			log.G(ctx).WithError(err).WithField("snapshot", name).Warn("checkpoint cache: remove a removed container's snapshot")
+		}
+	}
+}
+
+// entryUsers counts the snapshots outside names made on one of them: the
+// root filesystems and holds of restored containers.
+func entryUsers(ctx context.Context, sn snapshots.Snapshotter, names []string) (int, error) {
+	in := map[string]bool{}
+	for _, n := range names {
+		in[n] = true
+	}
+	users := 0
+	err := sn.Walk(ctx, func(_ context.Context, info snapshots.Info) error {
+		if in[info.Parent] && !in[info.Name] {
+			users++
+		}
+		return nil
+	})
+	return users, err
 }
 
 // isHold reports whether snapshot name is a container's hold on a cache

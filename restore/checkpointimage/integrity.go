@@ -308,15 +308,25 @@ func (r *Restorer) changed(ctx context.Context, sn snapshots.Snapshotter, snName
 		return nil
 	}
 	if parent == cacheKey(ci.Layer.Digest)+"/data" {
+		r.removeGone(ctx, sn, cacheKey(ci.Layer.Digest)+"/")
 		names, werr := entryNames(ctx, sn, ci.Layer.Digest)
 		if werr != nil {
 			return werr
 		}
-		if dropped, kept := r.drop(ctx, sn, ci.Layer.Digest, names); kept > 0 {
-			return fmt.Errorf("checkpoint image %s: a pages image of its cache entry changed since it was extracted, and %d of the entry's snapshots are in use (restored containers): remove them (nerdctl rm) and restore again", ci.Name, kept)
-		} else {
-			log.G(ctx).Warnf("checkpoint cache: dropped %d snapshot(s) of checkpoint layer %s, whose pages images changed since they were extracted: extracting it again", dropped, ci.Layer.Digest)
+		// All or nothing: data left without its view would be stamped
+		// anew, damage and all, by the next restore.
+		users, werr := entryUsers(ctx, sn, names)
+		if werr != nil {
+			return werr
 		}
+		if users > 0 {
+			return fmt.Errorf("checkpoint image %s: a pages image of its cache entry changed since it was extracted, and %d restored container(s) still use the entry: remove them (nerdctl rm) and restore again", ci.Name, users)
+		}
+		dropped, kept := r.drop(ctx, sn, ci.Layer.Digest, names)
+		if kept > 0 {
+			return fmt.Errorf("checkpoint image %s: a pages image of its cache entry changed since it was extracted, and %d of the entry's snapshots could not be removed (containerd's log names them): restore again", ci.Name, kept)
+		}
+		log.G(ctx).Warnf("checkpoint cache: dropped %d snapshot(s) of checkpoint layer %s, whose pages images changed since they were extracted: extracting it again", dropped, ci.Layer.Digest)
 		return errRebuild
 	}
 	if err != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/containerd/containerd/v2/core/containers"
 	"github.com/containerd/containerd/v2/core/content"
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/plugins/content/local"
@@ -258,5 +259,50 @@ func TestAChangedPagesImageRebuildsTheEntry(t *testing.T) {
 	}
 	if string(b) != strings.Repeat("pages", 1000) {
 		t.Fatal("the changed pages image was kept")
+	}
+}
+
+// liveContainers is a container store that knows only which ids exist.
+type liveContainers struct {
+	containers.Store
+	ids map[string]bool
+}
+
+func (l liveContainers) Get(_ context.Context, id string) (containers.Container, error) {
+	if !l.ids[id] {
+		return containers.Container{}, fmt.Errorf("container %q: %w", id, errdefs.ErrNotFound)
+	}
+	return containers.Container{ID: id}, nil
+}
+
+// A restore that follows the removal of the last container restored from
+// a damaged entry rebuilds it, before the GC has taken that container's
+// snapshots; a container that still exists keeps the entry.
+func TestAChangedEntryRebuildsOnceItsContainersAreRemoved(t *testing.T) {
+	ctx := context.Background()
+	r, sn, ci, dir := cacheFixture(t)
+	live := liveContainers{ids: map[string]bool{"c1": true}}
+	r.Containers = live
+	time.Sleep(10 * time.Millisecond)
+	if err := os.Truncate(filepath.Join(dir, "checkpoint", "pages-1.img"), 100); err != nil {
+		t.Fatal(err)
+	}
+	// Refused, and again: nothing of the entry went, to be trusted anew.
+	for i := 0; i < 2; i++ {
+		if _, err := r.checkpointData(ctx, sn, "native", ci); err == nil || !strings.Contains(err.Error(), "1 restored container(s) still use the entry") {
+			t.Fatalf("damaged entry held by a live container (try %d): %v; want it refused as in use", i+1, err)
+		}
+	}
+
+	delete(live.ids, "c1")
+	dir, err := r.checkpointData(ctx, sn, "native", ci)
+	if err != nil {
+		t.Fatalf("damaged entry after its container was removed: %v", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "checkpoint", "pages-1.img")); err != nil || string(b) != strings.Repeat("pages", 1000) {
+		t.Fatalf("pages image after the rebuild: %d bytes, %v", len(b), err)
+	}
+	if _, err := sn.Stat(ctx, holdKey("c1")); !errdefs.IsNotFound(err) {
+		t.Errorf("the removed container's hold: %v; want it gone", err)
 	}
 }

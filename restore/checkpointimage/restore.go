@@ -64,6 +64,10 @@ type Restorer struct {
 	// Policy says which checkpoint images this host restores; nil
 	// restores none.
 	Policy *Policy
+	// Containers, when set, tells which containers still exist, so that
+	// dropping a damaged cache entry first removes the snapshots of
+	// restored containers already deleted; nil leaves them to the GC.
+	Containers containers.Store
 
 	// inFlight counts the restores of each checkpoint layer between
 	// Prepare and Done, so that Forget never removes files one reads.
