@@ -31,9 +31,11 @@ WIDTH = 100  # the whole box, borders included
 PATCHES = {
     "c-restore": ("containerd-patches", "tasks-restore-containers-created-from-checkpoint"),
     "c-base": ("containerd-patches", "checkpointimage-resolve-the-base-image-locally"),
+    "c-basehosts": ("containerd-patches", "tasks-pull-a-checkpoint-s-base-image-through-the-con"),
     "c-phases": ("containerd-patches", "tasks-log-the-phase-times-of-each-restore"),
     "c-cri": ("containerd-patches", "cri-restore-checkpoint-images-from-the-extracted"),
     "c-drop": ("containerd-patches", "checkpointimage-drop-a-checkpoint-s-cache-entry"),
+    "c-live": ("containerd-patches", "checkpointimage-tell-the-restorer-which-containers-s"),
     "c-readahead": ("containerd-patches", "diff-apply-read-ahead-and-hash"),
     "c-cold-host": ("containerd-patches", "checkpointimage-start-cold-when-a-host-cannot-restor"),
     "c-cold-tasks": ("containerd-patches", "tasks-start-cold-when-the-runtime-fails"),
@@ -173,9 +175,10 @@ BOXES = [
     (RESTORE, None, None),
     ("pull",
      "nerdctl pulls and unpacks like any image; the base image is taken from the local store when "
-     "there, pulled when not. Layers that are extracted (compressed ones) are read ahead, decoded "
+     "there, pulled through the node's registry hosts (mirrors) when not. Layers that are extracted (compressed ones) are read ahead, decoded "
      "frame by frame on every core, faulted in and hashed once.",
-     [P("c-base", "base image found locally"), P("c-readahead", "read ahead, hash on a goroutine"),
+     [P("c-base", "base image found locally"), P("c-basehosts", "base pulled through hosts.toml"),
+      P("c-readahead", "read ahead, hash on a goroutine"),
       P("c-zstd", "zstd frames decoded in parallel"), "restore/zstdframes/",
       P("c-fault", "pages faulted in ahead of the writer"), P("c-nohash", "no second hash"),
       P("c-direct", "blob read with O_DIRECT")]),
@@ -208,6 +211,7 @@ BOXES = [
       "restore/checkpointimage/rootfsdiff_linux.go",
       P("c-devshm", "CRI: the pod's /dev/shm unpacked"), "restore/devshm/",
       P("c-drop", "dropped after a failed restore, tasks and CRI"),
+      P("c-live", "removed containers' snapshots go with a damaged entry"),
       "systemd/rekindle-cache-gc.sh"]),
     ("runc restore",
      "runc hands the images to Rekindle's guard (guard/, hooked in by one patch), which refuses CRIU "

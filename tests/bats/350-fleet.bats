@@ -4,12 +4,13 @@
 # origin registry through their agents (containerd's mirror, hosts.toml in
 # one config_path folder). The origin registry sends each blob once; a peer
 # serving a corrupt piece is refused and the piece fetched elsewhere; a
-# mirror that is down costs a pull nothing but one log line.
+# mirror that is down costs a pull nothing but one log line; a restore on a
+# node without the checkpoint's base image pulls the base through the mirror.
 
 load helpers
 
 setup_file() {
-	need_built nerdctl
+	need_built nerdctl oci-checkpoint
 	[ -x "$BIN/kraken/agent" ] || skip "$BIN/kraken/agent is not built (run 'make kraken')"
 	local t
 	for t in /usr/sbin/nginx redis-server skopeo docker-registry nsenter tc; do
@@ -18,7 +19,7 @@ setup_file() {
 	export FLEET_DIR=$BATS_FILE_TMPDIR/fleet KRAKEN_BIN=$BIN/kraken
 	# Kraken's origin seeds slowly, so that agents also take pieces from
 	# each other.
-	FLEET_ORIGIN_EGRESS=80000000 "$REKINDLE_ROOT/fleet/fleet-up.sh" "$FLEET_DIR" 4 kraken 3>&-
+	FLEET_ORIGIN_EGRESS=80000000 "$REKINDLE_ROOT/fleet/fleet-up.sh" "$FLEET_DIR" 5 kraken 3>&-
 	root=$REKINDLE_ROOT
 	. "$REKINDLE_ROOT/fleet/fleet.sh"
 	export IMG
@@ -125,4 +126,49 @@ sent_to() {
 	is "$output" "~names more than one folder: give one" "the refusal"
 	grep -q "config_path = \"$FLEET_DIR/n1/certs.d\"" "$FLEET_DIR/n1/config.toml" ||
 		die "node 1's containerd config does not name its one certs.d folder"
+}
+
+# A server that answers every call with the time it started: the same
+# answer after a restore, a new one after a cold start.
+STARTED_AT='import http.server, time
+t = repr(time.time()).encode()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(t)))
+        self.end_headers()
+        self.wfile.write(t)
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(("127.0.0.1", 9000), H).serve_forever()'
+
+# asked_on I: what the server in container ck on node I answers.
+asked_on() {
+	fleet_nerdctl "$FLEET_DIR" "$1" exec ck python3 -c \
+		'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9000/").read().decode())'
+}
+
+@test "a node without the base image restores a checkpoint: the restore's own pull of the base goes through its mirror, none of it from the origin" {
+	local reg=${IMG%%/*} ck=${IMG%:*}:ckpt said
+	pull_on 3
+	run_cmd fleet_nerdctl "$FLEET_DIR" 3 run -d --name ck --network none "$IMG" python3 -c "$STARTED_AT"
+	wait_for "the server on node 3" 15 asked_on 3
+	said=$(asked_on 3)
+	run_cmd env CONTAINERD_ADDRESS="$FLEET_DIR/n3/containerd.sock" PATH="$BIN:$PATH" oci-checkpoint create --quiet \
+		--engine generic --port 9000 --health 'GET /' --quiesce 'GET /' --resume 'GET /' ck "$ck"
+	run_cmd fleet_nerdctl "$FLEET_DIR" 3 push -q "$ck"
+
+	local before
+	before=$(sent_to n5)
+	run_cmd fleet_nerdctl "$FLEET_DIR" 5 run -d --name ck --network none "$ck"
+	wait_for "the restored server on node 5" 15 asked_on 5
+	is "$(asked_on 5)" "$said" "the restored server's start time (a cold start answers another)"
+	grep -q "base image $reg/rekindle/fleet-test:base.* is not in the local store: pulling" "$FLEET_DIR/n5/containerd.log" ||
+		die "node 5's containerd did not pull the base image itself: was it in its store? (see $FLEET_DIR/n5/containerd.log)"
+	local d
+	for d in $(blobs_of_img); do
+		grep -q "GET /v2/rekindle/fleet-test/blobs/$d" "$FLEET_DIR/n5/agent/nginx-access.v2.log" ||
+			die "node 5's agent was not asked for the base image's blob $d: the pull went around the mirror"
+	done
+	is "$(sent_to n5)" "$before" "blobs the origin registry sent to node 5 itself"
 }
