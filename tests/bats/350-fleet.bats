@@ -5,7 +5,9 @@
 # one config_path folder). The origin registry sends each blob once; a peer
 # serving a corrupt piece is refused and the piece fetched elsewhere; a
 # mirror that is down costs a pull nothing but one log line; a restore on a
-# node without the checkpoint's base image pulls the base through the mirror.
+# node without the checkpoint's base image pulls the base through the mirror;
+# images that came through peers meet the restore policy and signatures as
+# any; with the origin down, a node still restores what its peers have.
 
 load helpers
 
@@ -19,7 +21,7 @@ setup_file() {
 	export FLEET_DIR=$BATS_FILE_TMPDIR/fleet KRAKEN_BIN=$BIN/kraken
 	# Kraken's origin seeds slowly, so that agents also take pieces from
 	# each other.
-	FLEET_ORIGIN_EGRESS=80000000 "$REKINDLE_ROOT/fleet/fleet-up.sh" "$FLEET_DIR" 5 kraken 3>&-
+	FLEET_ORIGIN_EGRESS=80000000 "$REKINDLE_ROOT/fleet/fleet-up.sh" "$FLEET_DIR" 6 kraken 3>&-
 	root=$REKINDLE_ROOT
 	. "$REKINDLE_ROOT/fleet/fleet.sh"
 	export IMG
@@ -142,10 +144,39 @@ class H(http.server.BaseHTTPRequestHandler):
         pass
 http.server.HTTPServer(("127.0.0.1", 9000), H).serve_forever()'
 
-# asked_on I: what the server in container ck on node I answers.
+# asked_on I [NAME]: what the server in container NAME (ck) on node I answers.
 asked_on() {
-	fleet_nerdctl "$FLEET_DIR" "$1" exec ck python3 -c \
+	fleet_nerdctl "$FLEET_DIR" "$1" exec "${2:-ck}" python3 -c \
 		'import urllib.request; print(urllib.request.urlopen("http://127.0.0.1:9000/").read().decode())'
+}
+
+# checkpoint_on I CONTAINER IMAGE [FLAGS...]: oci-checkpoint create on node
+# I of the server in CONTAINER, as IMAGE.
+checkpoint_on() {
+	local i=$1 c=$2 image=$3
+	shift 3
+	run_cmd env CONTAINERD_ADDRESS="$FLEET_DIR/n$i/containerd.sock" PATH="$BIN:$PATH" oci-checkpoint create --quiet \
+		--engine generic --port 9000 --health 'GET /' --quiesce 'GET /' --resume 'GET /' "$@" "$c" "$image"
+}
+
+# restart_node I [VAR=VALUE...]: node I's containerd started again as the
+# fleet starts it, with VAR=VALUE besides (another restore policy).
+restart_node() {
+	local i=$1
+	shift
+	"$REKINDLE_ROOT/scripts/containerd-down.sh" "$FLEET_DIR/n$i" >/dev/null
+	(
+		export CONTAINERD_RESTORE_IMAGES="[\"${IMG%%/*}\"]" CONTAINERD_REGISTRY_CONFIG_PATH="$FLEET_DIR/n$i/certs.d"
+		[ $# -eq 0 ] || export "$@"
+		fleet_in "$FLEET_DIR" "n$i" "$REKINDLE_ROOT/scripts/containerd-up.sh" "$FLEET_DIR/n$i" >/dev/null
+	)
+}
+
+# nothing_runs_on I NAME: no task of container NAME runs on node I, and the
+# container is removed.
+nothing_runs_on() {
+	is "$(fleet_nerdctl "$FLEET_DIR" "$1" ps -q --filter "name=$2")" "" "containers named $2 running on node $1"
+	fleet_nerdctl "$FLEET_DIR" "$1" rm -f "$2" >/dev/null 2>&1 || true
 }
 
 @test "a node without the base image restores a checkpoint: the restore's own pull of the base goes through its mirror, none of it from the origin" {
@@ -154,8 +185,7 @@ asked_on() {
 	run_cmd fleet_nerdctl "$FLEET_DIR" 3 run -d --name ck --network none "$IMG" python3 -c "$STARTED_AT"
 	wait_for "the server on node 3" 15 asked_on 3
 	said=$(asked_on 3)
-	run_cmd env CONTAINERD_ADDRESS="$FLEET_DIR/n3/containerd.sock" PATH="$BIN:$PATH" oci-checkpoint create --quiet \
-		--engine generic --port 9000 --health 'GET /' --quiesce 'GET /' --resume 'GET /' ck "$ck"
+	checkpoint_on 3 ck "$ck"
 	run_cmd fleet_nerdctl "$FLEET_DIR" 3 push -q "$ck"
 
 	local before
@@ -171,4 +201,50 @@ asked_on() {
 			die "node 5's agent was not asked for the base image's blob $d: the pull went around the mirror"
 	done
 	is "$(sent_to n5)" "$before" "blobs the origin registry sent to node 5 itself"
+}
+
+@test "checkpoint images that came through the mirror meet the restore policy and signatures as any: refused outside the policy or unsigned, naming why; a signed one restores" {
+	make_keys
+	local unsigned=${IMG%:*}:unsigned signed=${IMG%:*}:signed said
+	pull_on 3
+	run_cmd fleet_nerdctl "$FLEET_DIR" 3 run -d --name sg --network none "$IMG" python3 -c "$STARTED_AT"
+	wait_for "the server on node 3" 15 asked_on 3 sg
+	said=$(asked_on 3 sg)
+	checkpoint_on 3 sg "$unsigned" --leave-running
+	checkpoint_on 3 sg "$signed" --sign-key "$KEYS/team.key"
+	run_cmd fleet_nerdctl "$FLEET_DIR" 3 push -q "$unsigned"
+	run_cmd fleet_nerdctl "$FLEET_DIR" 3 push -q "$signed"
+
+	restart_node 6 CONTAINERD_RESTORE_IMAGES='["rekindle.local"]'
+	run_cmd '?' fleet_nerdctl "$FLEET_DIR" 6 run -d --name sg --network none "$signed"
+	[ "$status" -ne 0 ] || die "node 6 restored $signed, which its policy leaves out"
+	refused_by_policy "$output" "${signed%:*}"
+	nothing_runs_on 6 sg
+
+	restart_node 6 CONTAINERD_RESTORE_KEYS="[\"$KEYS/team.pub\"]" CONTAINERD_RESTORE_REQUIRE_SIGNATURE=true
+	run_cmd '?' fleet_nerdctl "$FLEET_DIR" 6 run -d --name sg --network none "$unsigned"
+	[ "$status" -ne 0 ] || die "node 6 restored the unsigned $unsigned"
+	refused_by_signature "$output" "$unsigned" "the image is not signed"
+	nothing_runs_on 6 sg
+
+	run_cmd fleet_nerdctl "$FLEET_DIR" 6 run -d --name sg --network none "$signed"
+	wait_for "the restored server on node 6" 15 asked_on 6 sg
+	is "$(asked_on 6 sg)" "$said" "the restored server's start time"
+	grep -Eq "(HEAD|GET) /v2/rekindle/fleet-test/manifests/signed[ ?]" "$FLEET_DIR/n6/agent/nginx-access.v2.log" ||
+		die "node 6's agent was not asked for $signed: where did it come from? (its last requests: $(tail -3 "$FLEET_DIR/n6/agent/nginx-access.v2.log"))"
+	is "$(sent_to n6)" 0 "blobs the origin registry sent to node 6 itself"
+}
+
+@test "with the origin registry down, a node still restores a checkpoint image that its peers have" {
+	local ck=${IMG%:*}:ckpt said
+	[ -n "$(fleet_nerdctl "$FLEET_DIR" 5 ps -q --filter name=ck)" ] ||
+		skip "needs node 5's restore of $ck, by the base-image test"
+	said=$(asked_on 5)
+	# The mirror test stopped node 4's agent.
+	fleet_agent_up "$FLEET_DIR" 4
+	fleet_stop "$FLEET_DIR" registry
+	! curl -fsS -m 2 "http://${IMG%%/*}/v2/" >/dev/null 2>&1 || die "the origin registry still answers"
+	run_cmd fleet_nerdctl "$FLEET_DIR" 4 run -d --name ck --network none "$ck"
+	wait_for "the restored server on node 4" 15 asked_on 4
+	is "$(asked_on 4)" "$said" "the restored server's start time"
 }

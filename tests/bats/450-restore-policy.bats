@@ -50,17 +50,6 @@ teardown_file() {
 	stack_down
 }
 
-# refused_by_policy OUTPUT NAME: OUTPUT is the policy's error for checkpoint
-# image NAME (normalized: no tag), naming the option and the fix.
-refused_by_policy() {
-	local out=${1//\\\"/\"} name=$2 # logrus and klog escape the quotes
-	[[ $out == *"may not be restored on this host"* ]] || die "the error does not say the image may not be restored"
-	[[ $out == *"checkpoint_restore_images in [plugins.'io.containerd.service.v1.tasks-service']"* ]] ||
-		die "the error does not name the option"
-	[[ $out == *"\"$name\""*"matches none of its patterns"* ]] || die "the error does not name the image $name"
-	[[ $out == *"add \"$name\", or a pattern that matches it"* ]] || die "the error does not give the fix"
-}
-
 # events_up: `ctr events` into $BATS_TEST_TMPDIR/events, subscribed before
 # this returns (an image tag's event has come through).
 events_up() {
@@ -84,32 +73,11 @@ restart_containerd() {
 	HTTPS_PROXY=$OFFLINE_PROXY HTTP_PROXY=$OFFLINE_PROXY NO_PROXY= stack_restart
 }
 
-# make_keys: an Ed25519 key pair as an operator makes one, in $KEYS: the
-# signer's team.key (private), the hosts' team.pub.
-make_keys() {
-	command -v openssl >/dev/null || skip "openssl is not installed"
-	KEYS=$BATS_FILE_TMPDIR/keys
-	[ -f "$KEYS/team.pub" ] && return 0
-	mkdir -p "$KEYS"
-	openssl genpkey -algorithm ed25519 -out "$KEYS/team.key" 2>/dev/null || die "openssl cannot make an Ed25519 key"
-	openssl pkey -in "$KEYS/team.key" -pubout -out "$KEYS/team.pub" || die "openssl cannot write the public key"
-}
-
 # require_signature: restart containerd requiring a signature by $KEYS/team.pub.
 require_signature() {
 	touch "$BATS_FILE_TMPDIR/other-policy"
 	CONTAINERD_RESTORE_KEYS="[\"$KEYS/team.pub\"]" CONTAINERD_RESTORE_REQUIRE_SIGNATURE=true restart_containerd
 	logged "checkpoint restore policy: checkpoint images restore when their name matches .* and they are signed by one of the keys \[sha256:[0-9a-f]* ($KEYS/team.pub)\]"
-}
-
-# refused_by_signature OUTPUT IMAGE WHAT: OUTPUT is the signature policy's
-# error for checkpoint image IMAGE, naming the option and saying WHAT.
-refused_by_signature() {
-	local out=${1//\\\"/\"} image=$2 what=$3
-	[[ $out == *"checkpoint image $image may not be restored on this host"* ]] || die "the error does not name the image $image"
-	[[ $out == *"checkpoint_restore_require_signature in [plugins.'io.containerd.service.v1.tasks-service'] is true"* ]] ||
-		die "the error does not name the option"
-	[[ $out == *"$what"* ]] || die "the error does not say: $what"
 }
 
 # rewrite_manifest IN.tar OUT.tar NAME unsigned|changed: the signed
