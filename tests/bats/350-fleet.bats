@@ -1,9 +1,10 @@
 #!/usr/bin/env bats
-# Many nodes, one image (docs/fleet.md): four nodes on this host, each a
+# Many nodes, one image (docs/fleet.md): six nodes on this host, each a
 # network namespace with its own containerd and Kraken agent, pull from one
 # origin registry through their agents (containerd's mirror, hosts.toml in
 # one config_path folder). The origin registry sends each blob once; a peer
-# serving a corrupt piece is refused and the piece fetched elsewhere; a
+# serving a corrupt piece is refused and the piece fetched elsewhere; an
+# agent whose own cached copy is corrupt fetches it again; a
 # mirror that is down costs a pull nothing but one log line; a restore on a
 # node without the checkpoint's base image pulls the base through the mirror;
 # images that came through peers meet the restore policy and signatures as
@@ -107,6 +108,43 @@ sent_to() {
 	local counts
 	counts=$(fleet_blob_counts "$FLEET_DIR")
 	is "$(jq -r --arg d "$big" '.[$d] // 0' <<<"$counts")" 1 "times the origin registry sent $big (the corrupt copy cost it nothing)"
+}
+
+@test "an agent whose cached copy of a blob is corrupt removes it and serves the blob intact, fetched again from the swarm" {
+	local big want f before
+	big=$(curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+		"http://${IMG%%/*}/v2/rekindle/fleet-test/manifests/base" | jq -r '.layers | max_by(.size) | .digest')
+	want=${big#sha256:}
+	pull_on 1
+	f=$(find "$FLEET_DIR/n1/agent/cache" -type f -path "*/$want/data")
+	[ -f "$f" ] || die "node 1's agent has no cached copy of $big"
+	# One byte changed, the size kept, as a disk fault leaves it (the
+	# earlier test may have changed more).
+	python3 - "$f" <<-'PY'
+		import sys
+		with open(sys.argv[1], "r+b") as f:
+		    f.seek(4096); b = f.read(1); f.seek(4096); f.write(bytes([b[0] ^ 0xff]))
+	PY
+	[ "$(sha256sum "$f" | cut -d' ' -f1)" != "$want" ] || die "the cached copy on node 1 is not corrupt"
+	# The image and the blob go from node 1's containerd, the blob's file
+	# too (the collector takes it): the next pull fetches it again.
+	local ctr=(fleet_in "$FLEET_DIR" n1 "$BIN/ctr" --address "$FLEET_DIR/n1/containerd.sock" -n default)
+	run_cmd fleet_nerdctl "$FLEET_DIR" 1 rmi "$IMG"
+	"${ctr[@]}" content rm "$big" >/dev/null 2>&1 || true
+	wait_for "containerd's collector to remove $big from node 1's store" 30 \
+		test ! -e "$FLEET_DIR/n1/root/io.containerd.content.v1.content/blobs/sha256/$want"
+	before=$(fleet_blob_counts "$FLEET_DIR")
+
+	# Fetch every blob (its layers are unpacked already).
+	run_cmd fleet_nerdctl "$FLEET_DIR" 1 pull -q --unpack=false "$IMG"
+	is "$("${ctr[@]}" content get "$big" | sha256sum | cut -d' ' -f1)" "$want" "the SHA-256 of the layer in node 1's content store"
+	# The agent's own log (its config's log paths), not the dispatcher's.
+	grep "Cached blob does not match its digest" "$FLEET_DIR/n1/agent/agent.log" | grep -q "$want" ||
+		die "node 1's agent did not say it found its copy of $big corrupt (see $FLEET_DIR/n1/agent/agent.log)"
+	f=$(find "$FLEET_DIR/n1/agent/cache" -type f -path "*/$want/data")
+	is "$(sha256sum "$f" | cut -d' ' -f1)" "$want" "the SHA-256 of node 1's cached copy now"
+	is "$(jq -r --arg d "$big" '.[$d] // 0' <<<"$(fleet_blob_counts "$FLEET_DIR")")" \
+		"$(jq -r --arg d "$big" '.[$d] // 0' <<<"$before")" "times the origin registry sent $big again"
 }
 
 @test "a mirror that is down never fails a pull the origin registry can serve; the fallback is logged once, naming the mirror" {
