@@ -208,10 +208,16 @@ func entryNames(ctx context.Context, sn snapshots.Snapshotter, layer digest.Dige
 	return names, err
 }
 
-// drop removes the snapshots names of layer's entry but those in use.
+// drop removes the snapshots names of layer's entry but those in use,
+// after the snapshots of removed containers made on it.
 func (r *Restorer) drop(ctx context.Context, sn snapshots.Snapshotter, layer digest.Digest, names []string) (dropped, kept int) {
+	r.removeGone(ctx, sn, cacheKey(layer)+"/")
+	return r.dropNames(ctx, sn, layer, names)
+}
+
+// dropNames removes the snapshots names of layer's entry but those in use.
+func (r *Restorer) dropNames(ctx context.Context, sn snapshots.Snapshotter, layer digest.Digest, names []string) (dropped, kept int) {
 	prefix := cacheKey(layer) + "/"
-	r.removeGone(ctx, sn, prefix)
 	// Children before their parents: data-view before data. Its mount, if
 	// the layer was read in place, goes first.
 	if err := r.unmountInPlace(ctx, prefix+"data-view"); err != nil {

@@ -322,7 +322,7 @@ func (r *Restorer) changed(ctx context.Context, sn snapshots.Snapshotter, snName
 		if users > 0 {
 			return fmt.Errorf("checkpoint image %s: a pages image of its cache entry changed since it was extracted, and %d restored container(s) still use the entry: remove them (nerdctl rm) and restore again", ci.Name, users)
 		}
-		dropped, kept := r.drop(ctx, sn, ci.Layer.Digest, names)
+		dropped, kept := r.dropNames(ctx, sn, ci.Layer.Digest, names)
 		if kept > 0 {
 			return fmt.Errorf("checkpoint image %s: a pages image of its cache entry changed since it was extracted, and %d of the entry's snapshots could not be removed (containerd's log names them): restore again", ci.Name, kept)
 		}
