@@ -44,12 +44,21 @@ pull_on() {
 	run_cmd fleet_nerdctl "$FLEET_DIR" "$1" pull -q "$IMG"
 }
 
-# blobs_of_img: the blob digests of IMG's manifest, from the origin registry.
-blobs_of_img() {
+# manifest_of_img: IMG's manifest, from the origin registry.
+manifest_of_img() {
 	local reg=${IMG%%/*} repo=${IMG#*/}
 	curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-		"http://$reg/v2/${repo%:*}/manifests/${repo##*:}" | jq -r '.config.digest, .layers[].digest'
+		"http://$reg/v2/${repo%:*}/manifests/${repo##*:}"
 }
+
+# blobs_of_img: the blob digests of IMG's manifest.
+blobs_of_img() { manifest_of_img | jq -r '.config.digest, .layers[].digest'; }
+
+# largest_layer: the digest of IMG's largest layer.
+largest_layer() { manifest_of_img | jq -r '.layers | max_by(.size) | .digest'; }
+
+# agent_copy I HEX: node I's agent's cached file of the blob sha256:HEX.
+agent_copy() { find "$FLEET_DIR/n$1/agent/cache" -type f -path "*/$2/data"; }
 
 # sent_to PART: the registry's full blob sends to PART's address.
 sent_to() {
@@ -78,10 +87,9 @@ sent_to() {
 @test "a blob a peer serves corrupt is refused by its piece sums and fetched elsewhere; containerd gets it intact" {
 	pull_on 1
 	local big want f
-	big=$(curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-		"http://${IMG%%/*}/v2/rekindle/fleet-test/manifests/base" | jq -r '.layers | max_by(.size) | .digest')
+	big=$(largest_layer)
 	want=${big#sha256:}
-	f=$(find "$FLEET_DIR/n1/agent/cache" -type f -path "*/$want/data")
+	f=$(agent_copy 1 "$want")
 	[ -f "$f" ] || die "node 1's agent has no cached copy of $big under $FLEET_DIR/n1/agent/cache"
 	# A byte changed in every 4 MB piece, the file's size kept: node 1 now
 	# seeds a corrupt copy. Node 2's good copy is taken out of the swarm.
@@ -112,11 +120,10 @@ sent_to() {
 
 @test "an agent whose cached copy of a blob is corrupt removes it and serves the blob intact, fetched again from the swarm" {
 	local big want f before
-	big=$(curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
-		"http://${IMG%%/*}/v2/rekindle/fleet-test/manifests/base" | jq -r '.layers | max_by(.size) | .digest')
+	big=$(largest_layer)
 	want=${big#sha256:}
 	pull_on 1
-	f=$(find "$FLEET_DIR/n1/agent/cache" -type f -path "*/$want/data")
+	f=$(agent_copy 1 "$want")
 	[ -f "$f" ] || die "node 1's agent has no cached copy of $big"
 	# One byte changed, the size kept, as a disk fault leaves it (the
 	# earlier test may have changed more).
@@ -141,7 +148,7 @@ sent_to() {
 	# The agent's own log (its config's log paths), not the dispatcher's.
 	grep "Cached blob does not match its digest" "$FLEET_DIR/n1/agent/agent.log" | grep -q "$want" ||
 		die "node 1's agent did not say it found its copy of $big corrupt (see $FLEET_DIR/n1/agent/agent.log)"
-	f=$(find "$FLEET_DIR/n1/agent/cache" -type f -path "*/$want/data")
+	f=$(agent_copy 1 "$want")
 	is "$(sha256sum "$f" | cut -d' ' -f1)" "$want" "the SHA-256 of node 1's cached copy now"
 	is "$(jq -r --arg d "$big" '.[$d] // 0' <<<"$(fleet_blob_counts "$FLEET_DIR")")" \
 		"$(jq -r --arg d "$big" '.[$d] // 0' <<<"$before")" "times the origin registry sent $big again"
