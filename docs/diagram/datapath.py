@@ -60,6 +60,7 @@ PATCHES = {
     "c-logger-dies": ("containerd-patches", "runc-shim-end-the-logging-binary-when-the-shim-dies"),
     "c-who-died": ("containerd-patches", "runtime-name-the-task-and-the-process-when-a-runc-or"),
     "c-force-delete": ("containerd-patches", "runc-shim-delete-a-container-whose-restore-failed-by"),
+    "c-task-gone": ("containerd-patches", "tasks-remove-a-restored-container-s-root-filesystem-"),
     "c-devshm": ("containerd-patches", "cri-restore-a-checkpoint-s-dev-shm-into-the-new-sand"),
     "n-failed-hook": ("nerdctl-patches", "ocihook-remove-the-iptables-rules-of-a-failed-create"),
     "c-policy": ("containerd-patches", "checkpointimage-restore-only-the-checkpoint-images"),
@@ -273,6 +274,7 @@ AROUND = [
     P("c-logger-dies", "a killed shim's logger ends with it"),
     P("c-who-died", "a killed runc or shim named, with its container"),
     P("c-force-delete", "a failed restore deleted by force"),
+    P("c-task-gone", "a restored root filesystem removed with its task"),
     P("n-failed-hook", "nerdctl's failed network hook removes its iptables rules"),
 ]
 

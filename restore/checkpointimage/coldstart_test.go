@@ -118,6 +118,58 @@ func TestReleaseCheckpointDir(t *testing.T) {
 	}
 }
 
+// TestReleaseTask: once a restored container's task is deleted, its root
+// filesystem and its hold on the cache entry go at once, not at the
+// collector's next run; the entry, another container's snapshots and a
+// container that restored nothing are left alone.
+func TestReleaseTask(t *testing.T) {
+	ctx := context.Background()
+	r, sn := nativeRestorer(t)
+	for _, entry := range []string{"entry", "entry-rootfs"} {
+		if _, err := sn.Prepare(ctx, entry+"-active", ""); err != nil {
+			t.Fatal(err)
+		}
+		if err := sn.Commit(ctx, entry, entry+"-active"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, id := range []string{"c1", "c2"} {
+		if _, err := sn.Prepare(ctx, restoreKeyPrefix+id, "entry-rootfs"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := sn.View(ctx, holdKey(id), "entry"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// A container restored with CRI holds the entry but has no root
+	// filesystem of ours.
+	if _, err := sn.View(ctx, holdKey("cri"), "entry"); err != nil {
+		t.Fatal(err)
+	}
+
+	for _, id := range []string{"c1", "cri", "plain"} {
+		if err := r.ReleaseTask(ctx, "native", id); err != nil {
+			t.Fatalf("release the task of %s: %v", id, err)
+		}
+	}
+	for _, key := range []string{restoreKeyPrefix + "c1", holdKey("c1"), holdKey("cri")} {
+		if _, err := sn.Stat(ctx, key); !errdefs.IsNotFound(err) {
+			t.Errorf("snapshot %s after its task was deleted: %v, want not found", key, err)
+		}
+	}
+	for _, key := range []string{restoreKeyPrefix + "c2", holdKey("c2"), "entry", "entry-rootfs"} {
+		if _, err := sn.Stat(ctx, key); err != nil {
+			t.Errorf("snapshot %s went with another container's task: %v", key, err)
+		}
+	}
+	if err := r.ReleaseTask(ctx, "native", "c1"); err != nil {
+		t.Errorf("a second release: %v", err)
+	}
+	if err := r.ReleaseTask(ctx, "unknown", "c2"); err != nil {
+		t.Errorf("a container of a snapshotter the restorer does not know: %v", err)
+	}
+}
+
 func TestRuntimeFailure(t *testing.T) {
 	got := RuntimeFailure(errors.New("criu failed: type RESTORE errno 0"))
 	if len(got) != 1 || !strings.HasPrefix(got[0], "the runtime failed to restore it: criu failed") {

@@ -407,6 +407,34 @@ func (r *Restorer) ReleaseCheckpointDir(ctx context.Context, snName, id string) 
 	return removeIfExists(ctx, sn, key)
 }
 
+// ReleaseTask lets go of what the restore of container id took in
+// snapshotter snName, once its task is deleted: the hold on its cache
+// entry (ReleaseCheckpointDir) and the root filesystem that Prepare or
+// PrepareCold made for it, which the runtime no longer mounts and the next
+// restore prepares afresh. The collector would remove the root filesystem
+// with the container, but only on its next run, minutes later on a busy
+// host, and a container can be kept for long after its task. A container
+// restored from no checkpoint image is left as is.
+func (r *Restorer) ReleaseTask(ctx context.Context, snName, id string) error {
+	sn := r.Snapshotter(snName)
+	if sn == nil {
+		return nil
+	}
+	key := restoreKeyPrefix + id
+	_, err := sn.Stat(ctx, key)
+	if errdefs.IsNotFound(err) {
+		_, err = sn.Stat(ctx, holdKey(id))
+	}
+	if errdefs.IsNotFound(err) {
+		// Most tasks restore nothing: no write for them.
+		return nil
+	}
+	if err := r.ReleaseCheckpointDir(ctx, snName, id); err != nil {
+		return err
+	}
+	return removeIfExists(ctx, sn, key)
+}
+
 // ResetSnapshot replaces the active snapshot key in snapshotter snName by a
 // new one on the same parent, with the same labels: the root filesystem as
 // its parent has it, for a cold start in a snapshot that a failed restore
