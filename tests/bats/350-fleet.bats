@@ -4,8 +4,8 @@
 # origin registry through their agents (containerd's mirror, hosts.toml in
 # one config_path folder). The origin registry sends each blob once; a peer
 # serving a corrupt piece is refused and the piece fetched elsewhere; an
-# agent whose own cached copy is corrupt fetches it again; a
-# mirror that is down costs a pull nothing but one log line; a restore on a
+# agent whose own cached copy is corrupt fetches it again; a peer that
+# dies while it sends costs the pull nothing; a mirror that is down costs a pull nothing but one log line; a restore on a
 # node without the checkpoint's base image pulls the base through the mirror;
 # images that came through peers meet the restore policy and signatures as
 # any; with the origin down, a node still restores what its peers have.
@@ -152,6 +152,46 @@ sent_to() {
 	is "$(sha256sum "$f" | cut -d' ' -f1)" "$want" "the SHA-256 of node 1's cached copy now"
 	is "$(jq -r --arg d "$big" '.[$d] // 0' <<<"$(fleet_blob_counts "$FLEET_DIR")")" \
 		"$(jq -r --arg d "$big" '.[$d] // 0' <<<"$before")" "times the origin registry sent $big again"
+}
+
+# tx_of PART: the bytes PART's end of the fleet's bridge has sent.
+tx_of() { ip -n "$(fleet_ns "$FLEET_DIR" "$1")" -j -s link show eth0 | jq '.[0].stats64.tx.bytes'; }
+
+@test "a peer that dies while it sends a blob costs the pull nothing: the rest comes from the swarm, intact, none of it from the origin registry again" {
+	local big=${IMG%:*}:big layer want sent0 pid i
+	# A layer no agent has yet: 48 MiB that do not compress.
+	run_cmd fleet_nerdctl "$FLEET_DIR" 2 run --name big --network none "$IMG" \
+		sh -c 'head -c 48M /dev/urandom >/big'
+	run_cmd fleet_nerdctl "$FLEET_DIR" 2 commit big "$big"
+	run_cmd fleet_nerdctl "$FLEET_DIR" 2 push -q "$big"
+	fleet_nerdctl "$FLEET_DIR" 2 rm -f big >/dev/null
+	layer=$(curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+		"http://${IMG%%/*}/v2/rekindle/fleet-test/manifests/big" | jq -r '.layers | max_by(.size) | .digest')
+	want=${layer#sha256:}
+	# Node 1 has it; its agent seeds it, slowly enough to die mid-send.
+	run_cmd fleet_nerdctl "$FLEET_DIR" 1 pull -q "$big"
+	ip netns exec "$(fleet_ns "$FLEET_DIR" n1)" tc qdisc add dev eth0 root tbf rate 40mbit burst 64kb latency 500ms
+	sent0=$(tx_of n1)
+	fleet_nerdctl "$FLEET_DIR" 3 pull -q "$big" >"$BATS_TEST_TMPDIR/pull.out" 2>&1 &
+	pid=$!
+	for ((i = 0; i < 300; i++)); do
+		[ $(($(tx_of n1) - sent0)) -lt $((8 << 20)) ] || break
+		sleep 0.1
+	done
+	[ "$i" -lt 300 ] || die "node 1 sent node 3 under 8 MiB in 30 s: did node 3's agent take pieces from it?"
+	kill -0 "$pid" 2>/dev/null || die "node 3's pull ended before node 1's agent died: slow node 1 further"
+	local pgid
+	pgid=$(awk '$1 == "pgid" && $3 == "n1/agent" {print $2}' "$FLEET_DIR/made" | tail -1)
+	kill -KILL -- "-$pgid"
+	echo "# node 1's agent killed after sending $(( ($(tx_of n1) - sent0) >> 20 )) MiB" >&3
+	wait "$pid" || die "node 3's pull failed once node 1's agent died: $(cat "$BATS_TEST_TMPDIR/pull.out")"
+	ip netns exec "$(fleet_ns "$FLEET_DIR" n1)" tc qdisc del dev eth0 root
+	fleet_agent_up "$FLEET_DIR" 1
+	local got
+	got=$(fleet_in "$FLEET_DIR" n3 "$BIN/ctr" --address "$FLEET_DIR/n3/containerd.sock" -n default content get "$layer" | sha256sum | cut -d' ' -f1)
+	is "$got" "$want" "the SHA-256 of the layer in node 3's content store"
+	is "$(jq -r --arg d "$layer" '.[$d] // 0' <<<"$(fleet_blob_counts "$FLEET_DIR")")" 1 \
+		"times the origin registry sent $layer (to Kraken's origin, for node 1)"
 }
 
 @test "a mirror that is down never fails a pull the origin registry can serve; the fallback is logged once, naming the mirror" {
