@@ -165,7 +165,9 @@ tx_of() { ip -n "$(fleet_ns "$FLEET_DIR" "$1")" -j -s link show eth0 | jq '.[0].
 	run_cmd fleet_nerdctl "$FLEET_DIR" 2 commit big "$big"
 	run_cmd fleet_nerdctl "$FLEET_DIR" 2 push -q "$big"
 	fleet_nerdctl "$FLEET_DIR" 2 rm -f big >/dev/null
-	layer=$(curl -fsS -H 'Accept: application/vnd.oci.image.manifest.v1+json' \
+	# nerdctl commit makes a Docker schema 2 manifest.
+	layer=$(curl -fsS -H 'Accept: application/vnd.docker.distribution.manifest.v2+json' \
+		-H 'Accept: application/vnd.oci.image.manifest.v1+json' \
 		"http://${IMG%%/*}/v2/rekindle/fleet-test/manifests/big" | jq -r '.layers | max_by(.size) | .digest')
 	want=${layer#sha256:}
 	# Node 1 has it; its agent seeds it, slowly enough to die mid-send.
@@ -183,8 +185,9 @@ tx_of() { ip -n "$(fleet_ns "$FLEET_DIR" "$1")" -j -s link show eth0 | jq '.[0].
 	local pgid
 	pgid=$(awk '$1 == "pgid" && $3 == "n1/agent" {print $2}' "$FLEET_DIR/made" | tail -1)
 	kill -KILL -- "-$pgid"
-	echo "# node 1's agent killed after sending $(( ($(tx_of n1) - sent0) >> 20 )) MiB" >&3
+	local killed=$SECONDS sent=$((($(tx_of n1) - sent0) >> 20))
 	wait "$pid" || die "node 3's pull failed once node 1's agent died: $(cat "$BATS_TEST_TMPDIR/pull.out")"
+	echo "# node 1's agent killed after sending $sent MiB of 48; node 3's pull ended $((SECONDS - killed)) s later" >&3
 	ip netns exec "$(fleet_ns "$FLEET_DIR" n1)" tc qdisc del dev eth0 root
 	fleet_agent_up "$FLEET_DIR" 1
 	local got
