@@ -180,8 +180,9 @@ UNITS := $(wildcard systemd/*.service systemd/*.timer systemd/*.service.d/*.conf
 
 # build/bin/kube, the kubelet tests' cluster, is not installed: the playbook's
 # kubelet role installs a node's kubelet. Of build/bin/kraken (make kraken), the
-# fleet's image distribution, only the agent is, as kraken-agent, where it is
-# built (the kraken role needs it; the herd is not a node's).
+# fleet's image distribution, the agent and the herd's programs are, as
+# kraken-agent, kraken-tracker, kraken-origin and kraken-build-index, where
+# they are built (the kraken and kraken_herd roles need them).
 install: ## copy the built stack, the units and what they run under $(DESTDIR)$(PREFIX) (run 'make build' first)
 	@for f in $(STACK) $(filter $(BIN)/%,$(BUILD_EXTRA)); do [ -e $$f ] || { echo "rekindle: error: $$f is not built: run 'make build' first" >&2; exit 1; }; done
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/lib/criu $(DESTDIR)$(PREFIX)/libexec/cni
@@ -189,8 +190,9 @@ install: ## copy the built stack, the units and what they run under $(DESTDIR)$(
 	install -m 0755 $(BIN)/cni/* $(DESTDIR)$(PREFIX)/libexec/cni/
 	install -m 0644 $(BUILDDIR)/lib/criu/cuda_plugin.so $(DESTDIR)$(PREFIX)/lib/criu/
 	install -m 0755 systemd/rekindle-cache-gc.sh $(DESTDIR)$(PREFIX)/bin/rekindle-cache-gc
-	@if [ -e $(KRAKEN_BIN)/agent ]; then echo "install $(KRAKEN_BIN)/agent -> $(DESTDIR)$(PREFIX)/bin/kraken-agent"; \
-		install -m 0755 $(KRAKEN_BIN)/agent $(DESTDIR)$(PREFIX)/bin/kraken-agent; fi
+	@for k in agent tracker origin build-index; do [ ! -e $(KRAKEN_BIN)/$$k ] || { \
+		echo "install $(KRAKEN_BIN)/$$k -> $(DESTDIR)$(PREFIX)/bin/kraken-$$k"; \
+		install -m 0755 $(KRAKEN_BIN)/$$k $(DESTDIR)$(PREFIX)/bin/kraken-$$k || exit 1; }; done
 ifneq ($(SYSTEMDUNITDIR),)
 	@for u in $(UNITS:systemd/%=%); do \
 		echo "install $$u -> $(DESTDIR)$(SYSTEMDUNITDIR)/$$u"; \
@@ -209,10 +211,11 @@ provision: build ## provision this host with ansible/ (root; CPU-only unless ANS
 # the role checks existing configurations against to the same keys. The
 # kubelet role's templates are parsed as a kubelet reads them, and its input
 # checks run through ansible-playbook (no cluster).
-test-ansible: ## the containerd role's drop-in against its key list, the kubelet and kraken roles' templates and checks (plain python3)
+test-ansible: ## the containerd role's drop-in against its key list, the kubelet, kraken and kraken_herd roles' templates and checks (plain python3)
 	cd ansible/roles/containerd && python3 -B -m unittest test_dropin
 	cd ansible/roles/kubelet && python3 -B -m unittest test_kubelet
 	cd ansible/roles/kraken && python3 -B -m unittest test_kraken
+	cd ansible/roles/kraken_herd && python3 -B -m unittest test_kraken_herd
 UNIT_TESTS += test-ansible
 
 test: build kubernetes kraken ## build, then run every test (CPU; GPU tests skip without a GPU)

@@ -143,19 +143,22 @@ fleet_blob_counts() {
 		"$1/registry/access.log"
 }
 
-# kraken_zap LOG: the zap logging block of a Kraken component.
-kraken_zap() {
-	cat <<-EOF
-		zap:
-		  level: info
-		  encoding: console
-		  encoderConfig: {messageKey: message, levelKey: level, timeKey: ts, callerKey: caller, levelEncoder: capital, timeEncoder: iso8601, durationEncoder: seconds, callerEncoder: short}
-		  outputPaths: [$1]
-		  errorOutputPaths: [$1]
-		tls:
-		  server: {disabled: true}
-		  client: {disabled: true}
-	EOF
+# fleet_herd_config HERD_DIR HERD_IP REGISTRY NAME: the configuration of the
+# herd's NAME (tracker, origin, build-index) from the kraken_herd role's own
+# template (ansible/roles/kraken_herd), with the fleet's paths: the simulated
+# fleet runs the files a provisioned herd gets. FLEET_ORIGIN_EGRESS (bits/s)
+# limits what the origin seeds to agents, so that agents take pieces from
+# each other (the tests).
+fleet_herd_config() {
+	local h=$1 ip=$2 reg=$3 name=$4
+	python3 "$root/scripts/render-template.py" "$root/ansible/roles/kraken_herd/templates/$name.yaml.j2" "$(jq -cn \
+		--arg h "$h" --arg ip "$ip" --arg reg "$reg" --argjson egress "${FLEET_ORIGIN_EGRESS:-0}" \
+		'{ansible_role_name: "kraken_herd", kraken_herd_log_to_stdout: false, kraken_herd_log_dir: $h,
+		kraken_herd_store_dir: $h, kraken_herd_registry: {host: $reg, scheme: "http"}, kraken_herd_ip: $ip,
+		kraken_origin_port: 15002, kraken_build_index_port: 15004, kraken_herd_redis: "127.0.0.1:6379",
+		kraken_tracker_announce_interval: "1s", kraken_origin_egress_bits_per_sec: $egress,
+		kraken_tracker_socket: ($h + "/tracker.sock"), kraken_origin_socket: ($h + "/origin.sock"),
+		kraken_build_index_socket: ($h + "/build-index.sock")}')"
 }
 
 # kraken_run DIR PART NAME CMD...: a Kraken component in PART's namespace.
@@ -174,13 +177,8 @@ kraken_run() {
 # namespace; the origin and build-index read blobs and tags from the origin
 # registry (Kraken's registry backends).
 fleet_herd_up() {
-	local dir=$1 h=$1/herd reg ip
+	local dir=$1 h=$1/herd reg ip t
 	reg=$(fleet_registry "$dir") ip=$(fleet_ip "$dir" herd)
-	# FLEET_ORIGIN_EGRESS (bits/s) limits what Kraken's origin seeds to
-	# agents, so that agents take pieces from each other (the tests).
-	local origin_conn="conn: {bandwidth: {enable: false}}"
-	[ -z "${FLEET_ORIGIN_EGRESS:-}" ] ||
-		origin_conn="conn: {bandwidth: {enable: true, egress_bits_per_sec: $FLEET_ORIGIN_EGRESS, ingress_bits_per_sec: 8000000000}}"
 	for t in agent origin tracker build-index; do
 		[ -x "$KRAKEN_BIN/$t" ] || die "$KRAKEN_BIN/$t is missing: run 'make kraken' first"
 	done
@@ -188,63 +186,9 @@ fleet_herd_up() {
 	mkdir -p "$h"
 	fleet_spawn "$dir" herd herd/redis "$h/redis.log" \
 		redis-server --port 6379 --bind 127.0.0.1 --save '' --appendonly no --dir "$h"
-	{
-		kraken_zap "$h/tracker.log"
-		cat <<-EOF
-			peerstore:
-			  redis: {addr: "127.0.0.1:6379"}
-			origin:
-			  hosts: {static: ["$ip:15002"]}
-			trackerserver:
-			  listener: {net: unix, addr: $h/tracker.sock}
-			  announce_interval: 1s
-			peerhandoutpolicy: {priority: completeness}
-			nginx: {name: kraken-tracker, cache_dir: $h/tracker-cache/, log_dir: $h/}
-		EOF
-	} >"$h/tracker.yaml"
-	{
-		kraken_zap "$h/origin.log"
-		cat <<-EOF
-			backends:
-			  - namespace: .*
-			    backend:
-			      registry_blob: {address: "$reg", security: {tls: {client: {disabled: true}}}}
-			cluster: {static: ["$ip:15002"]}
-			hashring: {max_replica: 1}
-			metainfogen: {piece_lengths: {0: 4MB}}
-			peer_id_factory: addr_hash
-			scheduler:
-			  torrentlog: {disable: true}
-			  $origin_conn
-			localdb: {source: $h/origin.db}
-			castore: {upload_dir: $h/origin/upload/, cache_dir: $h/origin/cache/}
-			blobserver:
-			  listener: {net: unix, addr: $h/origin.sock}
-			writeback: {retry_interval: 100ms, poll_retries_interval: 250ms}
-			nginx: {name: kraken-origin, cache_dir: $h/origin-cache/, log_dir: $h/}
-		EOF
-	} >"$h/origin.yaml"
-	{
-		kraken_zap "$h/build-index.log"
-		cat <<-EOF
-			backends:
-			  - namespace: .*
-			    backend:
-			      registry_tag: {address: "$reg", security: {tls: {client: {disabled: true}}}}
-			cluster: {hosts: {static: ["$ip:15004"]}}
-			origin: {hosts: {static: ["$ip:15002"]}}
-			remotes: {}
-			tag_replication: {retry_interval: 100ms, poll_retries_interval: 250ms}
-			tag_types: [{namespace: .*, type: docker, root: tags}]
-			tag_store: {write_through: false}
-			writeback: {retry_interval: 100ms, poll_retries_interval: 250ms}
-			localdb: {source: $h/build-index.db}
-			store: {upload_dir: $h/build-index/upload/, cache_dir: $h/build-index/cache/}
-			tagserver:
-			  listener: {net: unix, addr: $h/build-index.sock}
-			nginx: {name: kraken-build-index, cache_dir: $h/build-index-cache/, log_dir: $h/}
-		EOF
-	} >"$h/build-index.yaml"
+	for t in tracker origin build-index; do
+		fleet_herd_config "$h" "$ip" "$reg" "$t" >"$h/$t.yaml"
+	done
 	rm -f "$h"/*.sock
 	fleet_wait_port "$dir" herd 127.0.0.1 6379 "Redis"
 	kraken_run "$dir" herd tracker "$KRAKEN_BIN/tracker" --config "$h/tracker.yaml" --port 15003
