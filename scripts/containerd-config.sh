@@ -24,6 +24,11 @@
 # restore's pages images are then read by CRIU alone
 # (containerd-patches/tasks-read-a-checkpoint-s-pages-images-ahead-from-ta).
 #
+# CONTAINERD_PREHEAT_IMAGES (a TOML list of image names),
+# CONTAINERD_PREHEAT_MAX_MEMORY and CONTAINERD_PREHEAT_INTERVAL set
+# checkpoint_preheat_images, checkpoint_preheat_max_memory and
+# checkpoint_preheat_interval (containerd-patches/tasks-keep-named-checkpoint-images-resident-checkpoi):
+# none preheated by default.
 # CONTAINERD_RESTORE_TIMEOUT (a Go duration) and
 # CONTAINERD_RESTORE_MAX_DECODED_PAGES (a size) set checkpoint_restore_timeout
 # and checkpoint_restore_max_decoded_pages
@@ -57,6 +62,9 @@ require_signature=${CONTAINERD_RESTORE_REQUIRE_SIGNATURE:-}
 disable_read_ahead=${CONTAINERD_DISABLE_READ_AHEAD:-}
 restore_timeout=${CONTAINERD_RESTORE_TIMEOUT:-}
 max_decoded_pages=${CONTAINERD_RESTORE_MAX_DECODED_PAGES:-}
+preheat_images=${CONTAINERD_PREHEAT_IMAGES:-}
+preheat_max=${CONTAINERD_PREHEAT_MAX_MEMORY:-}
+preheat_interval=${CONTAINERD_PREHEAT_INTERVAL:-30s}
 for v in CONTAINERD_RESTORE_REQUIRE_SIGNATURE CONTAINERD_DISABLE_READ_AHEAD; do
 	case "${!v:-}" in '' | true | false) ;; *)
 		echo "containerd-config.sh: $v=${!v}: want true or false" >&2
@@ -67,9 +75,10 @@ done
 here=$(cd "$(dirname "$0")" && pwd)
 # The role's variables, as the test chooses them (TOML lists read as such).
 vars=$(python3 - "$dir" "$bin" "$restore_images" "$restore_keys" "${require_signature:-false}" \
-	"${restore_timeout:-10m}" "$max_decoded_pages" "${CONTAINERD_TASK_STATE_TIMEOUT:-120s}" <<'PY'
+	"${restore_timeout:-10m}" "$max_decoded_pages" "${CONTAINERD_TASK_STATE_TIMEOUT:-120s}" \
+	"$preheat_images" "$preheat_max" "$preheat_interval" <<'PY'
 import json, sys, tomllib
-d, b, images, keys, require, timeout, pages, state = sys.argv[1:]
+d, b, images, keys, require, timeout, pages, state, preheat, preheat_max, preheat_every = sys.argv[1:]
 toml_list = lambda s: tomllib.loads("v = " + s)["v"] if s.strip() else []
 print(json.dumps({
     "ansible_role_name": "containerd", "containerd_config_file": d + "/config.toml",
@@ -77,6 +86,8 @@ print(json.dumps({
     "containerd_restore_images": toml_list(images), "containerd_restore_key_files": toml_list(keys),
     "containerd_restore_require_signature": require == "true",
     "containerd_restore_timeout": timeout, "containerd_restore_max_decoded_pages": pages,
+    "containerd_preheat_images": toml_list(preheat), "containerd_preheat_max_memory": preheat_max,
+    "containerd_preheat_interval": preheat_every,
     "containerd_cdi_spec_dirs": ["/etc/cdi", "/var/run/cdi"], "containerd_enable_criu": True,
     # CRI restores checkpoint images (crictl) whatever the policy, which judges them.
     "containerd_restore_via_create": True, "containerd_runc": b + "/runc",

@@ -19,6 +19,8 @@ VALUES = {
     "containerd_task_state_timeout": "120s", "containerd_restore_images": ["registry.example.com/inference"],
     "containerd_restore_key_files": ["/etc/rekindle/keys/team.pub"], "containerd_restore_require_signature": True,
     "containerd_restore_timeout": "10m", "containerd_restore_max_decoded_pages": "64GiB",
+    "containerd_preheat_images": ["registry.example.com/inference/llm:ckpt"], "containerd_preheat_max_memory": "16GiB",
+    "containerd_preheat_interval": "30s",
     "containerd_cdi_spec_dirs": ["/etc/cdi"], "containerd_enable_criu": True,
     "containerd_restore_via_create": True, "containerd_runc": "/usr/local/bin/runc",
     "containerd_registry_config_path": "/etc/containerd/certs.d",

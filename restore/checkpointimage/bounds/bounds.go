@@ -116,8 +116,10 @@ func FromAnnotations(annotations map[string]string) Bounds {
 	return b
 }
 
-// memTotal is the host's memory (MemTotal in /proc/meminfo) in bytes, or
+// MemTotal is the host's memory (MemTotal in /proc/meminfo) in bytes, or
 // 0 if unknown.
+func MemTotal() int64 { return memTotal() }
+
 func memTotal() int64 {
 	b, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
