@@ -61,6 +61,7 @@ PATCHES = {
     "c-who-died": ("containerd-patches", "runtime-name-the-task-and-the-process-when-a-runc-or"),
     "c-force-delete": ("containerd-patches", "runc-shim-delete-a-container-whose-restore-failed-by"),
     "c-task-gone": ("containerd-patches", "tasks-remove-a-restored-container-s-root-filesystem-"),
+    "c-preheat": ("containerd-patches", "tasks-keep-named-checkpoint-images-resident-checkpoi"),
     "c-devshm": ("containerd-patches", "cri-restore-a-checkpoint-s-dev-shm-into-the-new-sand"),
     "n-failed-hook": ("nerdctl-patches", "ocihook-remove-the-iptables-rules-of-a-failed-create"),
     "c-policy": ("containerd-patches", "checkpointimage-restore-only-the-checkpoint-images"),
@@ -213,6 +214,7 @@ BOXES = [
       P("c-devshm", "CRI: the pod's /dev/shm unpacked"), "restore/devshm/",
       P("c-drop", "dropped after a failed restore, tasks and CRI"),
       P("c-live", "removed containers' snapshots go with a damaged entry"),
+      P("c-preheat", "named images kept resident, locked in memory"), "restore/checkpointimage/preheat.go",
       "systemd/rekindle-cache-gc.sh"]),
     ("runc restore",
      "runc hands the images to Rekindle's guard (guard/, hooked in by one patch), which refuses CRIU "
