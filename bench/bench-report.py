@@ -37,8 +37,9 @@ import re
 import statistics
 import sys
 
-PATHS = ("cold", "first", "cached")
+PATHS = ("cold", "first", "cached", "preheated")
 LABELS = {"cold": "cold start", "first": "first restore (cache cold)", "cached": "cached restore",
+          "preheated": "preheated restore (page cache dropped)",
           "floor-first": "floor, first restore", "floor-cached": "floor, cached restore"}
 TARGETS = {
     "cached_setup_s": 0.3,          # cached container-setup <= 0.3 s

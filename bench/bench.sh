@@ -10,6 +10,10 @@
 #   first   nerdctl run the new checkpoint image (extracted-checkpoint cache
 #           empty) -> first /generate answer
 #   cached  nerdctl run it again (cache filled by `first`) -> first answer
+#   preheated  (BENCH_PREHEAT=1) containerd restarted preheating the image
+#           (checkpoint_preheat_images), the page cache dropped once it is
+#           resident, nerdctl run it again -> first answer; containerd is
+#           then restarted without the preheat
 #   floors  memcpy bandwidth; disk read of the checkpoint's pages files with
 #           the page cache dropped; direct write; (GPU) pinned host-to-device
 #           bandwidth
@@ -50,6 +54,7 @@
 #                      comma-separated CDI names (gpu-bench.sh: one GPU each, or one TP group
 #                      each); one replica alone gets the last word, the checkpoint the first
 #   BENCH_REPLICA_REPS rounds of the four replica batches (1)
+#   BENCH_PREHEAT      1: the preheated row above (0)
 #   BENCH_PULL         1: a node that has nothing, after the repetitions (bench-pull.sh): the
 #                      checkpoint image pushed to a registry on loopback, pulled by a second,
 #                      empty containerd root and restored there; "pull" in the result (0)
@@ -80,6 +85,7 @@ dev_flags=()
 devs=${BENCH_DEVICES:-}
 for d in ${devs//,/ }; do dev_flags+=(--device "$d"); done
 replicas=${BENCH_REPLICAS:-1}
+preheat=${BENCH_PREHEAT:-0}
 rep_reps=${BENCH_REPLICA_REPS:-1}
 read -r -a rep_devices <<<"${BENCH_REPLICA_DEVICES:-}"
 case "$engine" in
@@ -123,6 +129,16 @@ state_timeout=${BENCH_TASK_STATE_TIMEOUT:-120s}
 CONTAINERD_TASK_STATE_TIMEOUT=$state_timeout "$root/scripts/containerd-up.sh" "$dir"
 export CONTAINERD_ADDRESS=$dir/containerd.sock PATH=$bin:$PATH
 n() { "$root/scripts/nerdctl.sh" "$dir" "$@"; }
+# restart_containerd [VAR=VALUE...]: this run's containerd started again, with VAR=VALUE.
+restart_containerd() {
+	"$root/scripts/containerd-down.sh" "$dir" >/dev/null
+	env CONTAINERD_TASK_STATE_TIMEOUT="$state_timeout" "$@" "$root/scripts/containerd-up.sh" "$dir" >/dev/null
+}
+# preheated IMAGE: the preheat holds IMAGE resident (a compressed one's decoded pages).
+preheated() {
+	jq -e --arg i "$1" '.images[] | select(.image == $i and .state == "resident" and (.source | test("compressed") | not))' \
+		"$dir/state/io.containerd.service.v1.tasks-service/checkpoint-preheat.json" >/dev/null 2>&1
+}
 port() { "$root/scripts/free-ports.py"; }
 drop_caches() {
 	[ "$drop" = 1 ] || return 0
@@ -302,6 +318,16 @@ for rep in $(seq "$reps"); do
 	fi
 	measure cached "$rep" "bench-cached-$rep" "$image" "${env_flags[@]}"
 	n rm -f "bench-cached-$rep" >/dev/null
+	if [ "$preheat" = 1 ]; then
+		restart_containerd CONTAINERD_PREHEAT_IMAGES="[\"$image\"]" CONTAINERD_PREHEAT_INTERVAL=1s
+		for ((i = 0; i < 600; i++)); do preheated "$image" && break; sleep 1; done
+		preheated "$image" || die "the preheat did not hold $image within 600 s: see $dir/containerd.log"
+		note "    $(grep -o "checkpoint preheat: checkpoint image $image is resident: .*" "$dir/containerd.log" | tail -1 | sed 's/"$//')"
+		drop_caches
+		measure preheated "$rep" "bench-preheated-$rep" "$image" "${env_flags[@]}"
+		n rm -f "bench-preheated-$rep" >/dev/null
+		restart_containerd
+	fi
 
 	# The pages files that this checkpoint's first restore read, and the
 	# checkpoint layer they came from: nerdctl run unpacks the layer as a
