@@ -25,6 +25,7 @@ import (
 	"github.com/docker/go-units"
 	"github.com/opencontainers/go-digest"
 
+	"rekindle.local/contract/layout"
 	"rekindle.local/restore/checkpointimage/bounds"
 )
 
@@ -103,6 +104,8 @@ type preheld struct {
 	// decoded: the files are the decoded copy's, not the entry's own.
 	decoded    bool
 	compressed bool
+	// inPlace: the layer's blob, kept in place, is what is locked.
+	inPlace bool
 	files      []lockedFile
 	bytes      int64
 }
@@ -261,7 +264,9 @@ func (p *Preheat) one(ctx context.Context, nss []string, name string, wanted map
 	st.HeldBytes += h.bytes
 	im.State, im.Reason, im.Bytes, im.Files = "resident", "", h.bytes, len(h.files)
 	im.Source = "the cache entry's pages images"
-	if h.decoded {
+	if h.inPlace {
+		im.Source = "the checkpoint layer's blob, kept in place"
+	} else if h.decoded {
 		im.Source = "the cache entry's decoded pages images"
 	} else if h.compressed {
 		im.Source = "the cache entry's compressed pages images (a decoded copy is being made)"
@@ -315,13 +320,18 @@ func (p *Preheat) take(ctx context.Context, ci *Image, left int64) (*preheld, er
 	}
 	id := holdID(ci.Layer.Digest)
 	h := &preheld{namespace: mustNamespace(ctx), layer: ci.Layer.Digest}
-	dir, err := r.HoldCheckpointDir(lctx, snName, ci, id)
+	dir, err := p.hold(lctx, sn, ci, id)
 	if err != nil {
 		return nil, err
 	}
 	h.holds = append(h.holds, holdKey(id))
 	if info, err := sn.Stat(ctx, holdKey(id)); err == nil {
 		h.parent = info.Parent
+	}
+	if inPlaceShaped(ci, dir) {
+		// Kept in place: restores read the blob through an EROFS mount,
+		// so the blob is what stays resident.
+		return p.lockInPlace(ctx, h, ci, dir, left)
 	}
 	images := filepath.Join(dir, crmetadata.CheckpointDirectory)
 	if hasCompressedPages(images) {
@@ -350,6 +360,66 @@ func (p *Preheat) take(ctx context.Context, ci *Image, left int64) (*preheld, er
 		return nil, err
 	}
 	h.files, h.bytes = files, need
+	return h, nil
+}
+
+// hold holds ci's entry for id, as HoldCheckpointDir does but mounting
+// nothing, and returns the directory of the entry's data.
+func (p *Preheat) hold(ctx context.Context, sn snapshots.Snapshotter, ci *Image, id string) (string, error) {
+	info, err := sn.Stat(ctx, cacheKey(ci.Layer.Digest)+"/data-view")
+	if err != nil {
+		return "", fmt.Errorf("extracted checkpoint of checkpoint image %s: %w", ci.Name, err)
+	}
+	key := holdKey(id)
+	if err := removeIfExists(ctx, sn, key); err != nil {
+		return "", err
+	}
+	mounts, err := sn.View(ctx, key, info.Parent, snapshots.WithLabels(map[string]string{labelGCContainerBackRef: id}))
+	if err != nil {
+		return "", err
+	}
+	dir, err := bindDir(mounts)
+	if err != nil {
+		_ = removeIfExists(context.WithoutCancel(ctx), sn, key)
+		return "", err
+	}
+	return dir, nil
+}
+
+// lockInPlace locks the blob of ci's layer kept in place (dir is its
+// snapshot's) for h. The entry's mount, made when the blob was not in the
+// page cache, reads it with direct I/O, past the page cache: it is made
+// again, buffered, when no restore of the layer is in flight.
+func (p *Preheat) lockInPlace(ctx context.Context, h *preheld, ci *Image, dir string, left int64) (*preheld, error) {
+	r := p.Restorer
+	if err := r.isLayerBlob(ctx, ci.Layer, filepath.Join(dir, layout.InPlaceBlob)); err != nil {
+		p.release(ctx, h)
+		return nil, fmt.Errorf("%w: %w", errMountInPlace, err)
+	}
+	files, need, err := openMatching(dir, func(n string) bool { return n == layout.InPlaceBlob })
+	if err == nil && need > left {
+		closeFiles(files)
+		err = &tooLarge{need: need, left: max(left, 0)}
+	}
+	if err == nil {
+		err = lockFiles(files)
+	}
+	if err != nil {
+		closeFiles(files)
+		p.release(ctx, h)
+		return nil, err
+	}
+	h.files, h.bytes, h.inPlace = files, need, true
+	r.inFlight.mu.Lock()
+	idle := r.inFlight.n[ci.Layer.Digest] == 0
+	r.inFlight.mu.Unlock()
+	if idle {
+		if err := r.unmountInPlace(ctx, cacheKey(ci.Layer.Digest)+"/data-view"); err != nil {
+			log.G(ctx).WithError(err).Infof("checkpoint preheat: the mount of checkpoint layer %s stays as it was", ci.Layer.Digest)
+		} else if _, err := r.CheckpointDir(ctx, p.Snapshotter, ci); err != nil {
+			log.G(ctx).WithError(err).Warnf("checkpoint preheat: mount checkpoint layer %s again", ci.Layer.Digest)
+		}
+	}
 	return h, nil
 }
 

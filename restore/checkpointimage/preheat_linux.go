@@ -26,6 +26,14 @@ type lockedFile struct {
 // no symbolic link and only if it is a regular file: the names come from
 // an image. It returns them and their size, rounded up to whole pages.
 func openPages(dir string) ([]lockedFile, int64, error) {
+	return openMatching(dir, func(n string) bool {
+		return strings.HasPrefix(n, "pages-") && (strings.HasSuffix(n, ".img") || strings.HasSuffix(n, ".img.zst"))
+	})
+}
+
+// openMatching opens, as openPages does, the files of dir whose name match
+// says.
+func openMatching(dir string, match func(string) bool) ([]lockedFile, int64, error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
 		return nil, 0, err
@@ -42,7 +50,7 @@ func openPages(dir string) ([]lockedFile, int64, error) {
 	)
 	for _, e := range entries {
 		n := e.Name()
-		if !strings.HasPrefix(n, "pages-") || !(strings.HasSuffix(n, ".img") || strings.HasSuffix(n, ".img.zst")) {
+		if !match(n) {
 			continue
 		}
 		fd, err := unix.Openat2(dfd, n, &unix.OpenHow{

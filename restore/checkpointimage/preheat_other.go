@@ -14,6 +14,10 @@ func openPages(string) ([]lockedFile, int64, error) {
 	return nil, 0, errors.New("preheating checkpoint images needs Linux")
 }
 
+func openMatching(string, func(string) bool) ([]lockedFile, int64, error) {
+	return nil, 0, errors.New("preheating checkpoint images needs Linux")
+}
+
 func lockFiles([]lockedFile) error { return nil }
 
 func closeFiles([]lockedFile) {}
