@@ -318,16 +318,6 @@ for rep in $(seq "$reps"); do
 	fi
 	measure cached "$rep" "bench-cached-$rep" "$image" "${env_flags[@]}"
 	n rm -f "bench-cached-$rep" >/dev/null
-	if [ "$preheat" = 1 ]; then
-		restart_containerd CONTAINERD_PREHEAT_IMAGES="[\"$image\"]" CONTAINERD_PREHEAT_INTERVAL=1s
-		for ((i = 0; i < 600; i++)); do preheated "$image" && break; sleep 1; done
-		preheated "$image" || die "the preheat did not hold $image within 600 s: see $dir/containerd.log"
-		note "    $(grep -o "checkpoint preheat: checkpoint image $image is resident: .*" "$dir/containerd.log" | tail -1 | sed 's/"$//')"
-		drop_caches
-		measure preheated "$rep" "bench-preheated-$rep" "$image" "${env_flags[@]}"
-		n rm -f "bench-preheated-$rep" >/dev/null
-		restart_containerd
-	fi
 
 	# The pages files that this checkpoint's first restore read, and the
 	# checkpoint layer they came from: nerdctl run unpacks the layer as a
@@ -365,6 +355,17 @@ for rep in $(seq "$reps"); do
 		'{rep: $rep, pages_bytes: $pages, layer_bytes: $layer, pages_files: '"${#pages[@]}"',
 		  memcpy: $memcpy, disk_read: $disk, disk_write: $dwrite} + $extra' >>"$dir/bandwidth.jsonl"
 	note "    floors: memcpy $(jq -r .warm_gbps <<<"$mem") GB/s (fresh pages $(jq -r .fresh_gbps <<<"$mem")), disk read $(jq -r '.gbps // "n/a"' <<<"$disk") GB/s of $((pages_bytes >> 20)) MiB pages, direct write $(jq -r '.gbps // "n/a"' <<<"$dwrite") GB/s"
+	# After the floors, which find the pages where the restores left them.
+	if [ "$preheat" = 1 ]; then
+		restart_containerd CONTAINERD_PREHEAT_IMAGES="[\"$image\"]" CONTAINERD_PREHEAT_INTERVAL=1s
+		for ((i = 0; i < 600; i++)); do preheated "$image" && break; sleep 1; done
+		preheated "$image" || die "the preheat did not hold $image within 600 s: see $dir/containerd.log"
+		note "    $(grep -o "checkpoint preheat: checkpoint image $image is resident: .*" "$dir/containerd.log" | tail -1 | sed 's/"$//')"
+		drop_caches
+		measure preheated "$rep" "bench-preheated-$rep" "$image" "${env_flags[@]}"
+		n rm -f "bench-preheated-$rep" >/dev/null
+		restart_containerd
+	fi
 	n rmi -f "$image" >/dev/null
 done
 
