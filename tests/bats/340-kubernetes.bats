@@ -292,7 +292,10 @@ gated() {
 			jq -e '.status.initContainerStatuses[0] | (.lastState.terminated.exitCode // .state.terminated.exitCode) == 1' >/dev/null
 	}
 	wait_for "the init gate of $pod to fail" 120 init_failed
+	# The kubelet may have started the gate again since: its log is then
+	# the earlier run's.
 	kube_do logs "$pod" -c can-restore
+	[[ $output == *"avx9000"* ]] || run_cmd '?' kubectl logs --previous "$pod" -c can-restore
 	[[ $output == *"avx9000"* ]] || die "the gate's log does not give the reason"
 	run_cmd cri ps -a -q --label "io.kubernetes.pod.name=$pod" --label io.kubernetes.container.name=engine
 	is "$output" "" "engine containers created for $pod"
