@@ -106,8 +106,8 @@ type preheld struct {
 	compressed bool
 	// inPlace: the layer's blob, kept in place, is what is locked.
 	inPlace bool
-	files      []lockedFile
-	bytes      int64
+	files   []lockedFile
+	bytes   int64
 }
 
 // ParsePreheatMaxMemory reads checkpoint_preheat_max_memory: a size
@@ -366,21 +366,13 @@ func (p *Preheat) take(ctx context.Context, ci *Image, left int64) (*preheld, er
 // hold holds ci's entry for id, as HoldCheckpointDir does but mounting
 // nothing, and returns the directory of the entry's data.
 func (p *Preheat) hold(ctx context.Context, sn snapshots.Snapshotter, ci *Image, id string) (string, error) {
-	info, err := sn.Stat(ctx, cacheKey(ci.Layer.Digest)+"/data-view")
-	if err != nil {
-		return "", fmt.Errorf("extracted checkpoint of checkpoint image %s: %w", ci.Name, err)
-	}
-	key := holdKey(id)
-	if err := removeIfExists(ctx, sn, key); err != nil {
-		return "", err
-	}
-	mounts, err := sn.View(ctx, key, info.Parent, snapshots.WithLabels(map[string]string{labelGCContainerBackRef: id}))
+	mounts, err := viewHold(ctx, sn, ci, id)
 	if err != nil {
 		return "", err
 	}
 	dir, err := bindDir(mounts)
 	if err != nil {
-		_ = removeIfExists(context.WithoutCancel(ctx), sn, key)
+		_ = removeIfExists(context.WithoutCancel(ctx), sn, holdKey(id))
 		return "", err
 	}
 	return dir, nil

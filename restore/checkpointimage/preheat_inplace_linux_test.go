@@ -89,4 +89,3 @@ func TestPreheatLocksAnInPlaceBlob(t *testing.T) {
 		t.Errorf("the entry's mount after the preheat: %q, want it buffered", o)
 	}
 }
-

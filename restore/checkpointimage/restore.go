@@ -366,15 +366,8 @@ func (r *Restorer) HoldCheckpointDir(ctx context.Context, snName string, ci *Ima
 	if sn == nil {
 		return "", fmt.Errorf("snapshotter %q for the checkpoint cache: %w", snName, errdefs.ErrNotFound)
 	}
-	info, err := sn.Stat(ctx, cacheKey(ci.Layer.Digest)+"/data-view")
-	if err != nil {
-		return "", fmt.Errorf("extracted checkpoint of checkpoint image %s: %w", ci.Name, err)
-	}
 	key := holdKey(id)
-	if err := removeIfExists(ctx, sn, key); err != nil {
-		return "", err
-	}
-	mounts, err := sn.View(ctx, key, info.Parent, snapshots.WithLabels(map[string]string{labelGCContainerBackRef: id}))
+	mounts, err := viewHold(ctx, sn, ci, id)
 	if err != nil {
 		return "", err
 	}
@@ -386,6 +379,20 @@ func (r *Restorer) HoldCheckpointDir(ctx context.Context, snName string, ci *Ima
 		return "", err
 	}
 	return dir, nil
+}
+
+// viewHold makes container id's hold on the extracted checkpoint of ci in
+// sn (holdKey), a view of the entry's data, and returns its mounts.
+func viewHold(ctx context.Context, sn snapshots.Snapshotter, ci *Image, id string) ([]mount.Mount, error) {
+	info, err := sn.Stat(ctx, cacheKey(ci.Layer.Digest)+"/data-view")
+	if err != nil {
+		return nil, fmt.Errorf("extracted checkpoint of checkpoint image %s: %w", ci.Name, err)
+	}
+	key := holdKey(id)
+	if err := removeIfExists(ctx, sn, key); err != nil {
+		return nil, err
+	}
+	return sn.View(ctx, key, info.Parent, snapshots.WithLabels(map[string]string{labelGCContainerBackRef: id}))
 }
 
 // ReleaseCheckpointDir drops the view that HoldCheckpointDir gave container
