@@ -62,6 +62,7 @@ PATCHES = {
     "c-force-delete": ("containerd-patches", "runc-shim-delete-a-container-whose-restore-failed-by"),
     "c-task-gone": ("containerd-patches", "tasks-remove-a-restored-container-s-root-filesystem-"),
     "c-preheat": ("containerd-patches", "tasks-keep-named-checkpoint-images-resident-checkpoi"),
+    "c-one-task": ("containerd-patches", "tasks-refuse-a-second-task-of-a-container-before-it"),
     "c-devshm": ("containerd-patches", "cri-restore-a-checkpoint-s-dev-shm-into-the-new-sand"),
     "n-failed-hook": ("nerdctl-patches", "ocihook-remove-the-iptables-rules-of-a-failed-create"),
     "c-policy": ("containerd-patches", "checkpointimage-restore-only-the-checkpoint-images"),
@@ -277,6 +278,7 @@ AROUND = [
     P("c-who-died", "a killed runc or shim named, with its container"),
     P("c-force-delete", "a failed restore deleted by force"),
     P("c-task-gone", "a restored root filesystem removed with its task"),
+    P("c-one-task", "a second task refused before the restore begins"),
     P("n-failed-hook", "nerdctl's failed network hook removes its iptables rules"),
 ]
 
