@@ -4,19 +4,18 @@ through ansible-playbook (the role's tasks/check.yml alone, no facts, no
 herd). Plain python3 with jinja2 and PyYAML, which ansible-core brings."""
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import tomllib
 import unittest
 
 import yaml
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import role_checks  # noqa: E402  (ansible/role_checks.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..", "..")
-ROLES = os.path.abspath(os.path.join(HERE, ".."))
-PLAYBOOK = shutil.which("ansible-playbook")
 
 VALUES = {
     "ansible_role_name": "kraken", "rekindle_src_dir": "/srv/rekindle",
@@ -89,46 +88,25 @@ class Templates(unittest.TestCase):
         self.assertTrue(d["kraken_registry_socket"].startswith("/run/kraken-agent/"))
 
 
-CHECK_PLAY = """
-- name: The kraken role's input checks
-  hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files: [%(roles)s/common/defaults/main.yml, %(roles)s/containerd/defaults/main.yml]
-  tasks:
-    - name: Checks
-      ansible.builtin.include_role: {name: kraken, tasks_from: check, public: true}
-"""
-
-
-@unittest.skipUnless(PLAYBOOK, "ansible-playbook is missing (apt-get install ansible-core)")
+@unittest.skipUnless(role_checks.PLAYBOOK, "ansible-playbook is missing (apt-get install ansible-core)")
 class Checks(unittest.TestCase):
     """tasks/check.yml refuses bad inventories, each with a message naming the variable."""
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="test-kraken-")
-        cls.play = os.path.join(cls.tmp, "check.yml")
-        with open(cls.play, "w") as f:
-            f.write(CHECK_PLAY % {"roles": ROLES})
-        cls.agent = os.path.join(cls.tmp, "kraken-agent")
-        with open(cls.agent, "w") as f:
-            f.write("#!/bin/sh\n")
+        cls.play = role_checks.Play("kraken", ("common", "containerd"))
+        cls.agent = cls.play.stub("kraken-agent")
 
     @classmethod
     def tearDownClass(cls):
-        shutil.rmtree(cls.tmp)
+        cls.play.close()
 
     def check(self, **change):
         values = {"rekindle_kraken": True, "kraken_tracker_hosts": ["10.0.0.3:15003"],
                   "kraken_build_index_hosts": ["10.0.0.3:15004"], "kraken_peer_ip": "10.0.0.21",
                   "kraken_registries": [{"host": "registry.example:5000"}], "kraken_agent_binary": self.agent}
         values.update(change)
-        env = dict(os.environ, ANSIBLE_ROLES_PATH=ROLES, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0",
-                   ANSIBLE_INVENTORY_UNPARSED_WARNING="0", ANSIBLE_RETRY_FILES_ENABLED="0")
-        p = subprocess.run([PLAYBOOK, "-i", "localhost,", self.play, "-e", json.dumps(values)],
-                           capture_output=True, text=True, env=env, cwd=self.tmp)
-        return p.returncode, " ".join((p.stdout + p.stderr).split())
+        return self.play.run(values)
 
     def refused(self, needle, **change):
         rc, out = self.check(**change)
@@ -153,7 +131,7 @@ class Checks(unittest.TestCase):
                      containerd_registry_config_path="/etc/containerd/certs.d:/etc/docker/certs.d")
 
     def test_a_missing_agent_is_refused(self):
-        self.refused("make kraken", kraken_agent_binary=os.path.join(self.tmp, "none"))
+        self.refused("make kraken", kraken_agent_binary=os.path.join(self.play.dir, "none"))
 
 
 if __name__ == "__main__":

@@ -12,10 +12,11 @@ import unittest
 
 import yaml
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import role_checks  # noqa: E402  (ansible/role_checks.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.join(HERE, "..", "..", "..")
-ROLES = os.path.abspath(os.path.join(HERE, ".."))
-PLAYBOOK = shutil.which("ansible-playbook")
 PARTS = ("tracker", "origin", "build-index")
 
 with open(os.path.join(HERE, "defaults", "main.yml")) as f:
@@ -121,45 +122,25 @@ class Templates(unittest.TestCase):
             self.assertEqual(findings, [])
 
 
-CHECK_PLAY = """
-- name: The kraken_herd role's input checks
-  hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files: [%(roles)s/common/defaults/main.yml]
-  tasks:
-    - name: Checks
-      ansible.builtin.include_role: {name: kraken_herd, tasks_from: check, public: true}
-"""
-
-
-@unittest.skipUnless(PLAYBOOK, "ansible-playbook is missing (apt-get install ansible-core)")
+@unittest.skipUnless(role_checks.PLAYBOOK, "ansible-playbook is missing (apt-get install ansible-core)")
 class Checks(unittest.TestCase):
     """tasks/check.yml refuses bad inventories, each with a message naming the variable."""
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="test-kraken-herd-")
-        cls.play = os.path.join(cls.tmp, "check.yml")
-        with open(cls.play, "w") as f:
-            f.write(CHECK_PLAY % {"roles": ROLES})
+        cls.play = role_checks.Play("kraken_herd")
         for part in PARTS:
-            with open(os.path.join(cls.tmp, "kraken-" + part), "w") as f:
-                f.write("#!/bin/sh\n")
+            cls.play.stub("kraken-" + part)
 
     @classmethod
     def tearDownClass(cls):
-        shutil.rmtree(cls.tmp)
+        cls.play.close()
 
     def check(self, **change):
         values = {"rekindle_kraken_herd": True, "kraken_herd_registry": {"host": "registry.example:5000"},
-                  "kraken_herd_ip": "10.0.0.3", "kraken_herd_bin_dir": self.tmp}
+                  "kraken_herd_ip": "10.0.0.3", "kraken_herd_bin_dir": self.play.dir}
         values.update(change)
-        env = dict(os.environ, ANSIBLE_ROLES_PATH=ROLES, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0",
-                   ANSIBLE_INVENTORY_UNPARSED_WARNING="0", ANSIBLE_RETRY_FILES_ENABLED="0")
-        p = subprocess.run([PLAYBOOK, "-i", "localhost,", self.play, "-e", json.dumps(values)],
-                           capture_output=True, text=True, env=env, cwd=self.tmp)
-        return p.returncode, " ".join((p.stdout + p.stderr).split())
+        return self.play.run(values)
 
     def refused(self, needle, **change):
         rc, out = self.check(**change)
@@ -183,11 +164,12 @@ class Checks(unittest.TestCase):
         self.refused("kraken_origin_egress_bits_per_sec a whole number", kraken_origin_egress_bits_per_sec="80M")
 
     def test_missing_programs_are_refused_naming_them(self):
-        os.rename(os.path.join(self.tmp, "kraken-origin"), os.path.join(self.tmp, "gone"))
+        d = self.play.dir
+        os.rename(os.path.join(d, "kraken-origin"), os.path.join(d, "gone"))
         try:
-            self.refused("%s/kraken-origin missing" % self.tmp)
+            self.refused("%s/kraken-origin missing" % d)
         finally:
-            os.rename(os.path.join(self.tmp, "gone"), os.path.join(self.tmp, "kraken-origin"))
+            os.rename(os.path.join(d, "gone"), os.path.join(d, "kraken-origin"))
 
 
 if __name__ == "__main__":

@@ -9,18 +9,18 @@ ansible-playbook run of the same inventory), then parsed as the kubelet
 would parse them."""
 import json
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 import unittest
 
 import yaml
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+import role_checks  # noqa: E402  (ansible/role_checks.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROLES = os.path.dirname(HERE)
 ROOT = os.path.join(ROLES, "..", "..")
-PLAYBOOK = shutil.which("ansible-playbook")
 
 # A CA certificate's shape; the checks look only at the PEM header.
 CA_PEM = "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----"
@@ -53,17 +53,9 @@ PATHS = {
     "kubelet_node_ip": "", "kubelet_extra_args": [],
 }
 
-# A playbook that runs the role's input checks, then writes what the role
-# derives from them (vars/main.yml) to the file the test names.
-CHECK_PLAY = """
-- name: The kubelet role's input checks
-  hosts: localhost
-  connection: local
-  gather_facts: false
-  vars_files: [%(roles)s/common/defaults/main.yml, %(roles)s/containerd/defaults/main.yml]
-  tasks:
-    - name: Checks
-      ansible.builtin.include_role: {name: kubelet, tasks_from: check, public: true}
+# After the role's input checks, what the role derives from them
+# (vars/main.yml), written to the file the test names.
+DERIVED = """
     - name: What the role derives
       ansible.builtin.copy:
         dest: "{{ derived_out }}"
@@ -95,28 +87,22 @@ def unit_sections(text):
     return out
 
 
-@unittest.skipUnless(PLAYBOOK, "ansible-playbook is missing (apt-get install ansible-core)")
+@unittest.skipUnless(role_checks.PLAYBOOK, "ansible-playbook is missing (apt-get install ansible-core)")
 class Checks(unittest.TestCase):
     """tasks/check.yml refuses bad inventories, each with a message naming the variable."""
 
     @classmethod
     def setUpClass(cls):
-        cls.tmp = tempfile.mkdtemp(prefix="test-kubelet-")
-        cls.play = os.path.join(cls.tmp, "check.yml")
-        with open(cls.play, "w") as f:
-            f.write(CHECK_PLAY % {"roles": ROLES})
-        cls.kubelet = os.path.join(cls.tmp, "kubelet")
-        with open(cls.kubelet, "w") as f:
-            f.write("#!/bin/sh\n")
-        os.chmod(cls.kubelet, 0o755)
+        cls.play = role_checks.Play("kubelet", ("common", "containerd"), DERIVED)
+        cls.kubelet = cls.play.stub("kubelet")
 
     @classmethod
     def tearDownClass(cls):
-        shutil.rmtree(cls.tmp)
+        cls.play.close()
 
     def check(self, **change):
         """Run the checks on INVENTORY with CHANGE over it (None removes a key): (rc, output, derived)."""
-        values = dict(INVENTORY, kubelet_binary_src=self.kubelet, derived_out=os.path.join(self.tmp, "derived.json"))
+        values = dict(INVENTORY, kubelet_binary_src=self.kubelet, derived_out=os.path.join(self.play.dir, "derived.json"))
         for k, v in change.items():
             if v is None:
                 values.pop(k, None)
@@ -124,16 +110,12 @@ class Checks(unittest.TestCase):
                 values[k] = v
         if os.path.exists(values["derived_out"]):
             os.unlink(values["derived_out"])
-        env = dict(os.environ, ANSIBLE_ROLES_PATH=ROLES, ANSIBLE_NOCOLOR="1", ANSIBLE_LOCALHOST_WARNING="0",
-                   ANSIBLE_INVENTORY_UNPARSED_WARNING="0", ANSIBLE_RETRY_FILES_ENABLED="0")
-        p = subprocess.run([PLAYBOOK, "-i", "localhost,", self.play, "-e", json.dumps(values)],
-                           capture_output=True, text=True, env=env, cwd=self.tmp)
-        out = " ".join((p.stdout + p.stderr).split())
+        rc, out = self.play.run(values)
         derived = None
         if os.path.exists(values["derived_out"]):
             with open(values["derived_out"]) as f:
                 derived = json.load(f)
-        return p.returncode, out, derived
+        return rc, out, derived
 
     def refused(self, needle, **change):
         rc, out, derived = self.check(**change)
@@ -175,7 +157,7 @@ class Checks(unittest.TestCase):
 
     def test_no_credential_and_both_credentials_are_refused(self):
         self.refused("got neither", kubelet_bootstrap_token=None)
-        self.refused("got both", kubelet_kubeconfig_src=os.path.join(self.tmp, "check.yml"))
+        self.refused("got both", kubelet_kubeconfig_src=os.path.join(self.play.dir, "check.yml"))
 
     def test_a_malformed_token_is_refused_without_showing_it(self):
         rc, out, _ = self.check(kubelet_bootstrap_token="not-a-token-secret")
@@ -189,7 +171,7 @@ class Checks(unittest.TestCase):
         self.refused("got no file /nonexistent/ca.crt", kubelet_ca_pem=None, kubelet_ca_file="/nonexistent/ca.crt")
 
     def test_a_kubeconfig_join_needs_no_api_server_and_no_token(self):
-        kc = os.path.join(self.tmp, "kubelet.conf")
+        kc = os.path.join(self.play.dir, "kubelet.conf")
         with open(kc, "w") as f:
             yaml.safe_dump({"apiVersion": "v1", "kind": "Config", "clusters": [{"name": "c", "cluster": {"server": "https://k:6443"}}],
                             "users": [{"name": "u", "user": {"client-certificate-data": "x"}}]}, f)
@@ -197,7 +179,7 @@ class Checks(unittest.TestCase):
         self.assertEqual(rc, 0, out[-2000:])
         self.assertEqual(derived["kubelet_join"], "kubeconfig")
         self.refused("(kubelet_kubeconfig_src) is missing on the controller or is not a kubeconfig",
-                     kubelet_bootstrap_token=None, kubelet_kubeconfig_src=os.path.join(self.tmp, "check.yml"))
+                     kubelet_bootstrap_token=None, kubelet_kubeconfig_src=os.path.join(self.play.dir, "check.yml"))
 
     def test_a_restricted_label_is_refused(self):
         self.refused("Node label node-role.kubernetes.io/gpu= (kubelet_node_labels) is refused",
@@ -211,7 +193,7 @@ class Checks(unittest.TestCase):
 
     def test_a_missing_kubelet_program_is_refused(self):
         self.refused("(kubelet_binary_src) is missing on the controller: build it with 'make kubernetes'",
-                     kubelet_binary_src=os.path.join(self.tmp, "no-kubelet"))
+                     kubelet_binary_src=os.path.join(self.play.dir, "no-kubelet"))
 
 
 class Templates(unittest.TestCase):
