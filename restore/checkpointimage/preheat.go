@@ -243,7 +243,7 @@ func (p *Preheat) one(ctx context.Context, nss []string, name string, wanted map
 		if h, err = p.take(ctx, ci, p.Max-st.HeldBytes); err != nil {
 			var big *tooLarge
 			if errors.As(err, &big) {
-				im.State, im.Bytes, im.Reason = "too large", big.need, p.tooLarge(big.need, big.left)
+				im.State, im.Bytes, im.Reason = "too large", big.need, p.tooLargeReason(big.need, big.left)
 			} else {
 				im.State, im.Reason = "error", err.Error()
 			}
@@ -254,7 +254,7 @@ func (p *Preheat) one(ctx context.Context, nss []string, name string, wanted map
 		// An image above it took the room.
 		p.release(ctx, h)
 		delete(p.held, ci.Layer.Digest)
-		im.State, im.Bytes, im.Reason = "too large", h.bytes, p.tooLarge(h.bytes, p.Max-st.HeldBytes)
+		im.State, im.Bytes, im.Reason = "too large", h.bytes, p.tooLargeReason(h.bytes, p.Max-st.HeldBytes)
 		return im
 	}
 	st.HeldBytes += h.bytes
@@ -288,9 +288,9 @@ func (p *Preheat) say(ctx context.Context, im PreheatImage) {
 	}
 }
 
-// tooLarge says why an image that needs need bytes, with left of the
+// tooLargeReason says why an image that needs need bytes, with left of the
 // ceiling left, is not preheated.
-func (p *Preheat) tooLarge(need, left int64) string {
+func (p *Preheat) tooLargeReason(need, left int64) string {
 	return fmt.Sprintf("it needs %s, more than the %s left of %s (%s): it restores from disk",
 		units.BytesSize(float64(need)), units.BytesSize(float64(left)), PreheatMaxMemoryOption, p.MaxSetting)
 }
