@@ -259,11 +259,25 @@ shim_of() {
 	awk '/^PPid:/ {print $2}' "/proc/$init/status"
 }
 
+# next_phase PHASE: the phase create begins after PHASE (its phase.Order),
+# none after the last.
+next_phase() {
+	local order=(health preflight quiesce inject-helper record dump package resume stop) i
+	for ((i = 0; i < ${#order[@]} - 1; i++)); do
+		[ "${order[i]}" != "$1" ] || { echo "${order[i + 1]}"; return 0; }
+	done
+}
+
 # undid OUTPUT NAME PHASE: OUTPUT names the killed create, container NAME
-# and the phase, and says the lease went and the undo ended.
+# and the phase, and says the lease went and the undo ended. Create records
+# a phase as begun before it prints it: killed between the two, it printed
+# PHASE and recorded the next one, which the undo names.
 undid() {
-	grep -q "^==> an earlier oci-checkpoint create (pid $KILLED_PID, started [0-9: -]*) of container $2 was killed at $3; undoing it:\$" <<<"$1" ||
-		die "no line naming the killed create (pid $KILLED_PID), container $2 and phase $3"
+	local at=$3 next
+	next=$(next_phase "$3")
+	[ -z "$next" ] || at="($3|$next)"
+	grep -Eq "^==> an earlier oci-checkpoint create \(pid $KILLED_PID, started [0-9: -]*\) of container $2 was killed at $at; undoing it:\$" <<<"$1" ||
+		die "no line naming the killed create (pid $KILLED_PID), container $2 and phase $at"
 	grep -q "^    removed its lease rekindle-create-" <<<"$1" || die "the lease's removal is not said"
 	grep -q "^==> undone$" <<<"$1" || die "the undo did not end"
 }
