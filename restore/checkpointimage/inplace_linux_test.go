@@ -315,10 +315,9 @@ func dropCached(ctx context.Context, t *testing.T, r *Restorer, ci *Image) {
 	}
 }
 
-// TestInPlaceDirectIOUnlessCached: a blob out of the page cache is mounted
-// with directio, one mostly in it is mounted buffered, and both read the
-// same files.
-func TestInPlaceDirectIOUnlessCached(t *testing.T) {
+// needDirectIO skips a test that needs root and EROFS's directio.
+func needDirectIO(t *testing.T) {
+	t.Helper()
 	testutil.RequiresRoot(t)
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err != nil {
@@ -328,6 +327,13 @@ func TestInPlaceDirectIOUnlessCached(t *testing.T) {
 	if _, err := fmt.Sscanf(unix.ByteSliceToString(uts.Release[:]), "%d.%d", &major, &minor); err != nil || major*100+minor < 613 {
 		t.Skipf("EROFS's directio needs Linux 6.13, this is %s", unix.ByteSliceToString(uts.Release[:]))
 	}
+}
+
+// TestInPlaceDirectIOUnlessCached: a blob out of the page cache is mounted
+// with directio, one mostly in it is mounted buffered, and both read the
+// same files.
+func TestInPlaceDirectIOUnlessCached(t *testing.T) {
+	needDirectIO(t)
 	ctx := namespaces.WithNamespace(context.Background(), "test")
 	ci, r, sn := inPlaceImage(ctx, t)
 	inPlaceDirectRefused.Store(false)

@@ -6,18 +6,15 @@ package checkpointimage
 
 import (
 	"context"
-	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/containerd/platforms"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
-	"golang.org/x/sys/unix"
 
 	"github.com/containerd/containerd/v2/core/snapshots"
 	"github.com/containerd/containerd/v2/pkg/namespaces"
-	"github.com/containerd/containerd/v2/pkg/testutil"
 	"rekindle.local/contract/layout"
 )
 
@@ -26,15 +23,7 @@ import (
 // restore made when the blob was out of the page cache (direct I/O, past
 // the cache) is made again buffered.
 func TestPreheatLocksAnInPlaceBlob(t *testing.T) {
-	testutil.RequiresRoot(t)
-	var uts unix.Utsname
-	if err := unix.Uname(&uts); err != nil {
-		t.Fatal(err)
-	}
-	var major, minor int
-	if _, err := fmt.Sscanf(unix.ByteSliceToString(uts.Release[:]), "%d.%d", &major, &minor); err != nil || major*100+minor < 613 {
-		t.Skipf("EROFS's directio needs Linux 6.13, this is %s", unix.ByteSliceToString(uts.Release[:]))
-	}
+	needDirectIO(t)
 	ctx := namespaces.WithNamespace(context.Background(), "test")
 	ci, r, sn := inPlaceImage(ctx, t)
 	inPlaceDirectRefused.Store(false)
