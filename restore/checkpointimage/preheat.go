@@ -350,8 +350,16 @@ func (p *Preheat) take(ctx context.Context, ci *Image, left int64) (*preheld, er
 		}
 	}
 	files, need, err := openPages(images)
+	if err := p.lock(ctx, h, files, need, err, left); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// lock locks files, opened with err and taking need bytes, for h if they
+// fit in left bytes; else it closes them, lets h go and says why.
+func (p *Preheat) lock(ctx context.Context, h *preheld, files []lockedFile, need int64, err error, left int64) error {
 	if err == nil && need > left {
-		closeFiles(files)
 		err = &tooLarge{need: need, left: max(left, 0)}
 	}
 	if err == nil {
@@ -360,10 +368,10 @@ func (p *Preheat) take(ctx context.Context, ci *Image, left int64) (*preheld, er
 	if err != nil {
 		closeFiles(files)
 		p.release(ctx, h)
-		return nil, err
+		return err
 	}
 	h.files, h.bytes = files, need
-	return h, nil
+	return nil
 }
 
 // hold holds ci's entry for id, as HoldCheckpointDir does but mounting
@@ -392,19 +400,10 @@ func (p *Preheat) lockInPlace(ctx context.Context, h *preheld, ci *Image, dir st
 		return nil, fmt.Errorf("%w: %w", errMountInPlace, err)
 	}
 	files, need, err := openMatching(dir, func(n string) bool { return n == layout.InPlaceBlob })
-	if err == nil && need > left {
-		closeFiles(files)
-		err = &tooLarge{need: need, left: max(left, 0)}
-	}
-	if err == nil {
-		err = lockFiles(files)
-	}
-	if err != nil {
-		closeFiles(files)
-		p.release(ctx, h)
+	if err := p.lock(ctx, h, files, need, err, left); err != nil {
 		return nil, err
 	}
-	h.files, h.bytes, h.inPlace = files, need, true
+	h.inPlace = true
 	r.inFlight.mu.Lock()
 	idle := r.inFlight.n[ci.Layer.Digest] == 0
 	r.inFlight.mu.Unlock()
