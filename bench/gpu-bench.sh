@@ -20,6 +20,8 @@
 #                        replica i on GPUs i*TP .. i*TP+TP-1, first and cached, against one (bench.sh:
 #                        BENCH_REPLICAS); "replicas" in the result. BENCH_REPS=1 saves time
 #   GPU_BENCH_CHECKPOINT_FLAGS  oci-checkpoint create flags instead of --engine sglang (see below)
+#   GPU_BENCH_RUN_FLAGS  more nerdctl run flags for the rows' containers, e.g.
+#                        --env=REKINDLE_SGLANG_EMPTY_CACHE=0 to measure a knob of an engine's beside its default
 #   GPU_BENCH_WEIGHT_SET  1: weights from a rekindle-weights set (see below)
 #   GPU_BENCH_ENGINE     reference (images/gpu-engine) or transformers (the hf-engine image:
 #                        transformers' model code, torch.compile, CUDA graphs; cold starts take minutes)
@@ -236,10 +238,12 @@ elif [ "${GPU_BENCH_ENGINE:-}" = sglang ]; then
 	echo "ENGINE_SGLANG_ARGS=$sargs" >"$work/sglang.env"
 	BENCH_RUN_FLAGS="${pyflags[*]} --volume=$vllm_model:/models/model:ro --env=ENGINE_PORT=$port --env-file=$work/sglang.env --shm-size 1g"
 fi
+BENCH_RUN_FLAGS+=${GPU_BENCH_RUN_FLAGS:+ $GPU_BENCH_RUN_FLAGS}
 knobs=${GPU_BENCH_WEIGHT_SET:+ GPU_BENCH_WEIGHT_SET=1}
 [ "${GPU_BENCH_CUDA_HOLD:-1}" = 1 ] || knobs+=" GPU_BENCH_CUDA_HOLD=0"
 [ "$llm" = 0 ] || knobs+=" GPU_BENCH_VLLM_SHAPE=$vllm_shape"
 [ "$tp" -eq 1 ] || knobs+=" GPU_BENCH_TP=$tp"
+[ -z "${GPU_BENCH_RUN_FLAGS:-}" ] || knobs+=" GPU_BENCH_RUN_FLAGS='$GPU_BENCH_RUN_FLAGS'"
 [ "$nrep" -eq 1 ] || knobs+=" GPU_BENCH_REPLICAS=$nrep"
 export BENCH_COMMAND="bench/gpu-bench.sh (BENCH_REPS=${BENCH_REPS:-5} GPU_BENCH_ENGINE=${GPU_BENCH_ENGINE:-reference} GPU_BENCH_GB=$gb$knobs)"
 

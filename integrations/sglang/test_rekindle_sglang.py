@@ -176,5 +176,68 @@ class GateTest(unittest.TestCase):
             self.generate()
 
 
+class FakeCuda:
+    def __init__(self):
+        self.reserved, self.calls = 3 << 30, []
+
+    def memory_reserved(self):
+        return self.reserved
+
+    def empty_cache(self):
+        self.calls.append("empty_cache")
+        self.reserved = 1 << 30
+
+    def mem_get_info(self):
+        return 140 << 30, 143 << 30
+
+
+class EmptyCache(unittest.TestCase):
+    """The scheduler's release, then torch's free cached blocks handed back,
+    so that CUDA's checkpoint does not copy them."""
+
+    def setUp(self):
+        self.cuda = FakeCuda()
+        self.saved = sys.modules.get("torch"), os.environ.get("REKINDLE_SGLANG_EMPTY_CACHE")
+        sys.modules["torch"] = types.SimpleNamespace(cuda=self.cuda)
+        os.environ.pop("REKINDLE_SGLANG_EMPTY_CACHE", None)
+
+    def tearDown(self):
+        torch, env = self.saved
+        if torch is None:
+            sys.modules.pop("torch", None)
+        else:
+            sys.modules["torch"] = torch
+        if env is not None:
+            os.environ["REKINDLE_SGLANG_EMPTY_CACHE"] = env
+
+    def test_emptied_after_the_release_and_its_result_kept(self):
+        out = object()
+        with self.assertLogs("sglang.rekindle", "INFO") as logs:
+            self.assertIs(rs.after_release(out, None, types.SimpleNamespace(tags=None)), out)
+        self.assertEqual(self.cuda.calls, ["empty_cache"])
+        self.assertIn("3072 -> 1024 MiB reserved, 3072 MiB of the GPU in use", logs.output[0])
+
+    def test_kept_when_asked(self):
+        os.environ["REKINDLE_SGLANG_EMPTY_CACHE"] = "0"
+        rs.after_release(None, None, None)
+        self.assertEqual(self.cuda.calls, [])
+
+    def test_registered_on_the_schedulers_release(self):
+        got = []
+        hooks = types.ModuleType("sglang.srt.plugins.hook_registry")
+        hooks.HookType = enum.Enum("HookType", "AROUND AFTER")
+        hooks.HookRegistry = types.SimpleNamespace(register=lambda t, h, k: got.append((t, h, k)))
+        names = ("sglang", "sglang.srt", "sglang.srt.plugins", hooks.__name__)
+        saved = {k: sys.modules.get(k) for k in names}
+        sys.modules.update({k: types.ModuleType(k) for k in names[:-1]}, **{hooks.__name__: hooks})
+        try:
+            rs.register()
+        finally:
+            for k, v in saved.items():
+                sys.modules.pop(k) if v is None else sys.modules.__setitem__(k, v)
+        target = "sglang.srt.managers.scheduler_components.weight_updater.SchedulerWeightUpdaterManager.release_memory_occupation"
+        self.assertIn((target, rs.after_release, hooks.HookType.AFTER), got)
+
+
 if __name__ == "__main__":
     unittest.main()
