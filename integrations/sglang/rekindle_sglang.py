@@ -24,7 +24,7 @@ dropped weights, until update_weights_from_disk succeeds, /health answers 503
 says why. A wake whose reload fails (a weight set of another model) leaves the
 gate closed: the engine does not serve wrong weights.
 
-And it empties torch's cache in the scheduler once its memory is released.
+And it empties torch's cache in the scheduler as its memory is released.
 SGLang pauses its tagged memory but keeps the blocks torch cached outside the
 tags (warm-up activations, the memory profile's), and every byte still on the
 GPU at the checkpoint is copied by CUDA's checkpoint and again by each
@@ -123,21 +123,25 @@ def on_update_from_disk(original, manager, obj, *args, **kwargs):
     return run()
 
 
-def after_release(result, *args, **kwargs):
-    """In the scheduler, once the tags are paused: hand back torch's free
-    cached blocks, and say how much the process still holds."""
+def on_scheduler_release(original, *args, **kwargs):
+    """In the scheduler: torch's free cached blocks handed back, then the
+    release. Before it, not after: in its preload mode torch_memory_saver
+    owns the blocks torch cached inside a tag, and freeing one it has paused
+    is not safe in every release of it."""
     if os.environ.get("REKINDLE_SGLANG_EMPTY_CACHE", "1") == "0":
-        return result
+        return original(*args, **kwargs)
     import gc
     import torch
 
     before = torch.cuda.memory_reserved()
     gc.collect()
     torch.cuda.empty_cache()
+    emptied = torch.cuda.memory_reserved()
+    out = original(*args, **kwargs)
     free, total = torch.cuda.mem_get_info()
-    log.info("rekindle: released; torch's cache emptied: %d -> %d MiB reserved, %d MiB of the GPU in use",
-             before >> 20, torch.cuda.memory_reserved() >> 20, (total - free) >> 20)
-    return result
+    log.info("rekindle: torch's cache emptied before the release: %d -> %d MiB reserved; released: %d MiB of the GPU in use",
+             before >> 20, emptied >> 20, (total - free) >> 20)
+    return out
 
 
 def on_generate(original, manager, obj, *args, **kwargs):
@@ -164,4 +168,4 @@ def register():
     HookRegistry.register(tm + "update_weights_from_disk", on_update_from_disk, HookType.AROUND)
     HookRegistry.register(tm + "generate_request", on_generate, HookType.AROUND)
     updater = "sglang.srt.managers.scheduler_components.weight_updater.SchedulerWeightUpdaterManager."
-    HookRegistry.register(updater + "release_memory_occupation", after_release, HookType.AFTER)
+    HookRegistry.register(updater + "release_memory_occupation", on_scheduler_release, HookType.AROUND)

@@ -192,8 +192,8 @@ class FakeCuda:
 
 
 class EmptyCache(unittest.TestCase):
-    """The scheduler's release, then torch's free cached blocks handed back,
-    so that CUDA's checkpoint does not copy them."""
+    """Torch's free cached blocks handed back as the scheduler releases its
+    memory, so that CUDA's checkpoint does not copy them."""
 
     def setUp(self):
         self.cuda = FakeCuda()
@@ -210,17 +210,20 @@ class EmptyCache(unittest.TestCase):
         if env is not None:
             os.environ["REKINDLE_SGLANG_EMPTY_CACHE"] = env
 
-    def test_emptied_after_the_release_and_its_result_kept(self):
-        out = object()
+    def release(self, updater, req):
+        self.cuda.calls.append(("release", updater, req))
+        return "released"
+
+    def test_emptied_before_the_release_and_its_result_kept(self):
         with self.assertLogs("sglang.rekindle", "INFO") as logs:
-            self.assertIs(rs.after_release(out, None, types.SimpleNamespace(tags=None)), out)
-        self.assertEqual(self.cuda.calls, ["empty_cache"])
-        self.assertIn("3072 -> 1024 MiB reserved, 3072 MiB of the GPU in use", logs.output[0])
+            self.assertEqual(rs.on_scheduler_release(self.release, "updater", "req"), "released")
+        self.assertEqual(self.cuda.calls, ["empty_cache", ("release", "updater", "req")])
+        self.assertIn("3072 -> 1024 MiB reserved; released: 3072 MiB of the GPU in use", logs.output[0])
 
     def test_kept_when_asked(self):
         os.environ["REKINDLE_SGLANG_EMPTY_CACHE"] = "0"
-        rs.after_release(None, None, None)
-        self.assertEqual(self.cuda.calls, [])
+        self.assertEqual(rs.on_scheduler_release(self.release, "updater", "req"), "released")
+        self.assertEqual(self.cuda.calls, [("release", "updater", "req")])
 
     def test_registered_on_the_schedulers_release(self):
         got = []
@@ -236,7 +239,7 @@ class EmptyCache(unittest.TestCase):
             for k, v in saved.items():
                 sys.modules.pop(k) if v is None else sys.modules.__setitem__(k, v)
         target = "sglang.srt.managers.scheduler_components.weight_updater.SchedulerWeightUpdaterManager.release_memory_occupation"
-        self.assertIn((target, rs.after_release, hooks.HookType.AFTER), got)
+        self.assertIn((target, rs.on_scheduler_release, hooks.HookType.AROUND), got)
 
 
 if __name__ == "__main__":
